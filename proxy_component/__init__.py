@@ -1,0 +1,1 @@
+"""proxy-component: HTTP-proxy egress for a whole Kubernetes cluster, as a Pulumi component."""

@@ -1,0 +1,133 @@
+"""The `proxy-component` command: render the objects as YAML, print NO_PROXY, explain it, without a Pulumi engine."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from importlib.resources import files
+from typing import Any
+
+import yaml
+
+from .clients import compat_notes
+from .noproxy import NoProxyError
+from .render import manifests
+from .settings import Settings, SettingsError, load_settings, parse_settings
+
+__all__ = ["main"]
+
+EXIT_INVALID = 2
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block style for multi-line strings (tinyproxy.conf), so the rendered files read like hand-written ones."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def dump(objects: Sequence[dict[str, Any]]) -> str:
+    """A multi-document YAML stream, keys in the builders' order (apiVersion, kind, metadata, ...)."""
+    return yaml.dump_all(objects, Dumper=_Dumper, sort_keys=False, explicit_start=True, default_flow_style=False)
+
+
+def _load(config: str | None) -> Settings:
+    if config is None:
+        text = files("proxy_component").joinpath("data/example.yaml").read_text(encoding="utf-8")
+        print("proxy-component: no CONFIG given, using the embedded example (examples/ipv6-only/proxy.yaml)", file=sys.stderr)
+        return parse_settings(yaml.safe_load(text))
+    return load_settings(config)
+
+
+def _file_name(index: int, obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata", {})
+    parts = [f"{index:03d}", str(obj["kind"]).lower(), meta.get("namespace", ""), meta.get("name", "")]
+    return "-".join(p for p in parts if p) + ".yaml"
+
+
+def _render(args: argparse.Namespace) -> int:
+    settings = _load(args.config)
+    objects = manifests(settings)
+    if args.output is None:
+        sys.stdout.write(dump(objects))
+        return 0
+    rendered = [(_file_name(i, obj), dump([obj])) for i, obj in enumerate(objects)]
+    os.makedirs(args.output, exist_ok=True)
+    for name, text in rendered:
+        with open(os.path.join(args.output, name), "w", encoding="utf-8") as handle:
+            handle.write(text)
+    print(f"proxy-component: wrote {len(rendered)} files to {args.output}", file=sys.stderr)
+    return 0
+
+
+def _no_proxy(args: argparse.Namespace) -> int:
+    print(_load(args.config).no_proxy())
+    return 0
+
+
+def _explain(args: argparse.Namespace) -> int:
+    settings = _load(args.config)
+    no_proxy = settings.no_proxy()
+    print(f"HTTP_PROXY / HTTPS_PROXY: {_redacted(settings.http_proxy)} / {_redacted(settings.https_proxy)}")
+    print(f"NO_PROXY: {no_proxy}")
+    print()
+    print(f"{'entry (tokens)':<48} {'category':<16} origin")
+    for line in no_proxy.explain():
+        print(line)
+    notes = compat_notes(no_proxy)
+    if notes:
+        print()
+        print("Client compatibility:")
+        for note in notes:
+            print(f"  - {note}")
+    return 0
+
+
+def _redacted(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    return parts._replace(netloc=f"{parts.username}:***@{parts.netloc.rpartition('@')[2]}").geturl()
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="proxy-component",
+        description="Render a cluster's HTTP-proxy egress (tinyproxy, NO_PROXY, proxy-config) without a Pulumi engine.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    config_help = "settings YAML (default: the embedded IPv6-only example)"
+    render = sub.add_parser("render", help="write the Kubernetes objects as a YAML stream or one file per object")
+    render.add_argument("config", nargs="?", help=config_help)
+    render.add_argument("-o", "--output", metavar="DIR", help="write one file per object into DIR")
+    render.set_defaults(func=_render)
+    no_proxy = sub.add_parser("no-proxy", help="print the composed NO_PROXY value")
+    no_proxy.add_argument("config", nargs="?", help=config_help)
+    no_proxy.set_defaults(func=_no_proxy)
+    explain = sub.add_parser("explain", help="show each NO_PROXY entry, why it is there, and client caveats")
+    explain.add_argument("config", nargs="?", help=config_help)
+    explain.set_defaults(func=_explain)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        result: int = args.func(args)
+    except (SettingsError, NoProxyError) as exc:
+        print(f"proxy-component: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

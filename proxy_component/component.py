@@ -1,0 +1,172 @@
+"""ClusterProxy: the Pulumi component that turns settings (and a cluster's network Outputs) into resources.
+
+The set of resources is decided from static settings only; values that come
+from other resources (CIDRs of a cluster created in the same program) flow in
+as Outputs and may be unknown at preview.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from .noproxy import NoProxy
+from .render import check_allow_sources, proxy_objects
+from .render.env import ProxyValues, env_vars, proxy_config_object
+from .render.proxy import config_digest, tinyproxy_conf
+from .settings import NetworkValues, Settings, parse_settings
+
+__all__ = ["ClusterNetwork", "ClusterProxy", "ClusterProxyArgs"]
+
+TYPE_TOKEN = "proxy-component:index:ClusterProxy"
+
+Obj = dict[str, Any]
+StrList = pulumi.Input[Sequence[pulumi.Input[str]]] | pulumi.Input[str] | None
+
+_RESOURCE_CLASSES: dict[tuple[str, str], Any] = {
+    ("v1", "ConfigMap"): k8s.core.v1.ConfigMap,
+    ("v1", "Secret"): k8s.core.v1.Secret,
+    ("v1", "Service"): k8s.core.v1.Service,
+    ("apps/v1", "DaemonSet"): k8s.apps.v1.DaemonSet,
+}
+_ARG_NAMES = {"metadata": "metadata", "data": "data", "stringData": "string_data", "type": "type", "spec": "spec"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterNetwork:
+    """A cluster's network as Inputs, e.g. Outputs of an EKS/GKE/AKS cluster created in the same program.
+
+    Each field takes a list of strings or a single string, plain or as Inputs.
+    They add to the explicit `cluster.*` settings; `origin` names them in
+    `proxy-component explain`-style provenance and in error messages.
+    """
+
+    pod_cidrs: StrList = None
+    service_cidrs: StrList = None
+    node_cidrs: StrList = None
+    api_server_hosts: StrList = None
+    api_server_ips: StrList = None
+    origin: str = "network"
+
+    @property
+    def gives_allow_sources(self) -> bool:
+        return self.pod_cidrs is not None or self.node_cidrs is not None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterProxyArgs:
+    """The component's inputs: validated settings (or a mapping of them) and an optional run-time network."""
+
+    settings: Settings | Mapping[str, Any]
+    network: ClusterNetwork | None = None
+
+
+def _as_list(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    return [str(v) for v in value]
+
+
+def _child_opts(parent: pulumi.Resource, extra: pulumi.ResourceOptions | None = None) -> pulumi.ResourceOptions:
+    """Options of every child: parented to the component (so it inherits `providers`)."""
+    return pulumi.ResourceOptions.merge(pulumi.ResourceOptions(parent=parent), extra)
+
+
+class ClusterProxy(pulumi.ComponentResource):
+    """The egress proxy (tinyproxy DaemonSet + Service) and the proxy settings for every consumer."""
+
+    no_proxy: pulumi.Output[str]
+    http_proxy: pulumi.Output[str]
+    https_proxy: pulumi.Output[str]
+    proxy_url: pulumi.Output[str]
+    env: pulumi.Output[list[dict[str, str]]]
+    settings: Settings
+    resources: dict[str, pulumi.CustomResource]
+
+    def __init__(self, name: str, args: ClusterProxyArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__(TYPE_TOKEN, name, None, opts)
+        settings = parse_settings(args.settings)
+        network = args.network
+        check_allow_sources(settings, network is not None and network.gives_allow_sources)
+        self.settings = settings
+        self.resources = {}
+
+        composed = self._compose(settings, network)
+        no_proxy = composed.apply(lambda c: str(c[0]))
+        secret = settings.has_credentials
+        self.http_proxy = _maybe_secret(settings.http_proxy, secret)
+        self.https_proxy = _maybe_secret(settings.https_proxy, secret)
+        self.no_proxy = no_proxy
+        self.proxy_url = _maybe_secret(
+            settings.in_cluster_url if settings.deployment.enabled else settings.http_proxy, secret
+        )
+        values = ProxyValues(self.http_proxy, self.https_proxy, no_proxy)
+        env: pulumi.Output[Any] = pulumi.Output.from_input(env_vars(values))
+        self.env = pulumi.Output.secret(env) if secret else env
+
+        if settings.deployment.enabled:
+            conf = composed.apply(lambda c: tinyproxy_conf(settings, c[1]))
+            if settings.proxy.upstream is not None and settings.proxy.upstream.credentials is not None:
+                conf = pulumi.Output.secret(conf)
+            digest = pulumi.Output.unsecret(conf.apply(config_digest))
+            config, daemonset, service = proxy_objects(settings, conf, digest)
+            self.resources["config"] = self._create(f"{name}-tinyproxy-config", config)
+            depends = pulumi.ResourceOptions(depends_on=[self.resources["config"]])
+            self.resources["daemonset"] = self._create(f"{name}-tinyproxy", daemonset, depends)
+            self.resources["service"] = self._create(f"{name}-service", service)
+        for namespace in settings.namespaces:
+            obj = proxy_config_object(settings, namespace, values)
+            self.resources[f"proxy-config/{namespace}"] = self._create(f"{name}-proxy-config-{namespace}", obj)
+
+        self.register_outputs(
+            {
+                "no_proxy": self.no_proxy,
+                "http_proxy": self.http_proxy,
+                "https_proxy": self.https_proxy,
+                "proxy_url": self.proxy_url,
+                "env": self.env,
+            }
+        )
+
+    @staticmethod
+    def _compose(settings: Settings, network: ClusterNetwork | None) -> pulumi.Output[tuple[NoProxy, list[str]]]:
+        """NO_PROXY and tinyproxy's Allow list, from the settings plus the network's Outputs once known."""
+        if network is None:
+            return pulumi.Output.from_input((settings.no_proxy(), settings.allowed_sources()))
+        origin = network.origin
+
+        def resolve(v: dict[str, Any]) -> tuple[NoProxy, list[str]]:
+            values = NetworkValues(
+                origin=origin,
+                pod_cidrs=_as_list(v["pod"]),
+                service_cidrs=_as_list(v["service"]),
+                node_cidrs=_as_list(v["node"]),
+                api_server_hosts=_as_list(v["hosts"]),
+                api_server_ips=_as_list(v["ips"]),
+            )
+            return settings.no_proxy(values), settings.allowed_sources(values)
+
+        return pulumi.Output.all(
+            pod=network.pod_cidrs,
+            service=network.service_cidrs,
+            node=network.node_cidrs,
+            hosts=network.api_server_hosts,
+            ips=network.api_server_ips,
+        ).apply(resolve)
+
+    def _create(self, logical_name: str, obj: Obj, extra: pulumi.ResourceOptions | None = None) -> pulumi.CustomResource:
+        cls = _RESOURCE_CLASSES[(obj["apiVersion"], obj["kind"])]
+        kwargs = {_ARG_NAMES[key]: value for key, value in obj.items() if key not in ("apiVersion", "kind")}
+        resource: pulumi.CustomResource = cls(logical_name, opts=_child_opts(self, extra), **kwargs)
+        return resource
+
+
+def _maybe_secret(value: str, secret: bool) -> pulumi.Output[str]:
+    output: pulumi.Output[str] = pulumi.Output.from_input(value)
+    return pulumi.Output.secret(output) if secret else output

@@ -1,0 +1,508 @@
+"""The one validated input: the proxy, the cluster's network, the proxy deployment and the consumers.
+
+The component, the root stack program (from stack config) and the command (from
+a YAML file) all read this model. Keys are camelCase; snake_case is accepted
+too; unknown keys are errors. Every error names the field path, the bad value
+and what is accepted.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+from urllib.parse import SplitResult, unquote, urlsplit
+
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from .noproxy import (
+    Category,
+    NoProxy,
+    NoProxyError,
+    Source,
+    cloud_metadata_sources,
+    cluster_domain_sources,
+    compose,
+    loopback_sources,
+    parse_entry,
+)
+
+__all__ = [
+    "ClusterSettings",
+    "DeploymentSettings",
+    "NetworkValues",
+    "ProxySettings",
+    "Resources",
+    "Settings",
+    "SettingsError",
+    "UpstreamSettings",
+    "load_settings",
+    "parse_settings",
+]
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+_DNS_NAME = re.compile(r"^(?=.{1,253}$)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$")
+
+
+class SettingsError(ValueError):
+    """Invalid settings: one line per problem, each naming the field path, the value and what is accepted."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("invalid settings:\n" + "\n".join(f"  {p}" for p in self.problems))
+
+
+# --- field validators ------------------------------------------------------------------------
+
+
+def _cidr(value: str) -> str:
+    try:
+        network = ipaddress.ip_network(value, strict=False)
+    except ValueError:
+        raise ValueError(f"{value!r} is not a CIDR (expected e.g. 10.0.0.0/16 or fd00:10::/56)") from None
+    return str(network)
+
+
+def _ip(value: str) -> str:
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        raise ValueError(f"{value!r} is not an IP address (expected e.g. 10.96.0.1 or fd00:10:96::1)") from None
+
+
+def _dns_name(value: str) -> str:
+    name = value.lower().rstrip(".")
+    if not _DNS_NAME.match(name):
+        raise ValueError(f"{value!r} is not a DNS name (expected lower-case labels of a-z, 0-9 and '-', e.g. cluster.local)")
+    return name
+
+
+def _dns_label(value: str) -> str:
+    if not _DNS_LABEL.match(value):
+        raise ValueError(f"{value!r} is not a DNS-1123 label (expected 1-63 of a-z, 0-9 and '-', e.g. kube-system)")
+    return value
+
+
+def _api_host(value: str) -> str:
+    """An API server host: a DNS name or an IP; a URL is reduced to its host."""
+    text = value.strip()
+    if "://" in text:
+        host = urlsplit(text).hostname
+        if not host:
+            raise ValueError(f"{value!r} is not a host name or URL with a host (expected e.g. api.example.com)")
+        text = host
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        return _dns_name(text)
+
+
+def _no_proxy_entry(value: str) -> str:
+    try:
+        entry = parse_entry(value)
+    except NoProxyError as exc:
+        raise ValueError(str(exc)) from None
+    if entry.value == "*":
+        raise ValueError(
+            f"{value!r} would disable the proxy for every host, and curl and Python honour '*' only as the whole "
+            "value, so it cannot be combined with the cluster's entries (expected a host, suffix, IP or CIDR)"
+        )
+    return value.strip()
+
+
+Cidr = Annotated[str, AfterValidator(_cidr)]
+IP = Annotated[str, AfterValidator(_ip)]
+DnsName = Annotated[str, AfterValidator(_dns_name)]
+DnsLabel = Annotated[str, AfterValidator(_dns_label)]
+ApiHost = Annotated[str, AfterValidator(_api_host)]
+NoProxyEntry = Annotated[str, AfterValidator(_no_proxy_entry)]
+Port = Annotated[int, Field(ge=1, le=65535)]
+
+
+def _proxy_url(value: str) -> str:
+    """A proxy URL that every client can parse: http(s)://[user:pass@]host[:port], nothing else."""
+    accepted = "expected http://host:port or https://host:port, optionally with user:password@"
+    try:
+        parts = urlsplit(value.strip())
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"{_redact(value)!r} is not a URL ({accepted})") from None
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"{_redact(value)!r} has scheme {parts.scheme or 'none'!r} ({accepted})")
+    if not parts.hostname:
+        raise ValueError(f"{_redact(value)!r} has no host ({accepted})")
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise ValueError(f"{_redact(value)!r} has a path, query or fragment, which clients ignore or reject ({accepted})")
+    if port == 0:
+        raise ValueError(f"{_redact(value)!r} has port 0 ({accepted})")
+    return parts._replace(path="").geturl()
+
+
+def _redact(url: str) -> str:
+    """The URL with any password replaced, safe for messages and plain outputs."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None and parts.username is None:
+            return url
+        host = parts.netloc.rpartition("@")[2]
+        user = parts.username or ""
+        return parts._replace(netloc=f"{user}:***@{host}" if parts.password is not None else f"{user}@{host}").geturl()
+    except ValueError:
+        return "<unparseable URL>"
+
+
+ProxyUrl = Annotated[str, AfterValidator(_proxy_url)]
+
+
+# --- models ---------------------------------------------------------------------------------
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        validate_by_name=True,
+        validate_by_alias=True,
+        extra="forbid",
+        frozen=True,
+        hide_input_in_errors=False,
+    )
+
+
+class UpstreamSettings(_Model):
+    """A corporate proxy that tinyproxy chains to; its credentials stay in a Secret."""
+
+    url: ProxyUrl
+    username: str | None = None
+    password: SecretStr | None = None
+    no_upstream: list[NoProxyEntry] = Field(
+        default_factory=list, description="Destinations tinyproxy reaches directly, not through the upstream."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> UpstreamSettings:
+        parts = urlsplit(self.url)
+        if parts.scheme != "http":
+            raise ValueError(f"proxy.upstream.url: {_redact(self.url)!r} must use http:// (tinyproxy reaches upstreams over plain HTTP)")
+        if parts.username is not None and self.username is not None:
+            raise ValueError("proxy.upstream: give the credentials either in url or in username/password, not both")
+        user = self.username if self.username is not None else unquote(parts.username or "")
+        password = self.password.get_secret_value() if self.password else unquote(parts.password or "")
+        if self.password is not None and self.username is None:
+            raise ValueError("proxy.upstream.password: a password needs proxy.upstream.username")
+        if re.search(r'[:@"\s]', user):
+            raise ValueError(f"proxy.upstream.username: {user!r} holds ':', '@', '\"' or a space, which tinyproxy's Upstream cannot carry")
+        if re.search(r'[@"\s]', password):
+            raise ValueError("proxy.upstream.password: holds '@', '\"' or a space, which tinyproxy's Upstream cannot carry (value hidden)")
+        return self
+
+    @property
+    def credentials(self) -> tuple[str, str] | None:
+        parts = urlsplit(self.url)
+        if self.username is not None:
+            return (self.username, self.password.get_secret_value() if self.password else "")
+        if parts.username is not None:
+            return (unquote(parts.username), unquote(parts.password or ""))
+        return None
+
+    @property
+    def endpoint(self) -> tuple[str, int]:
+        parts = urlsplit(self.url)
+        host = parts.hostname or ""
+        return (f"[{host}]" if ":" in host else host, parts.port or 80)
+
+
+class ProxySettings(_Model):
+    """What pods and nodes use: the proxy URLs and extra NO_PROXY entries."""
+
+    http_proxy: ProxyUrl | None = Field(default=None, description="Defaults to the in-cluster proxy's URL.")
+    https_proxy: ProxyUrl | None = Field(default=None, description="Defaults to httpProxy.")
+    no_proxy: list[NoProxyEntry] = Field(default_factory=list, description="Entries added after the cluster's own.")
+    upstream: UpstreamSettings | None = None
+
+
+IpFamily = Literal["ipv4", "ipv6", "dual"]
+Cloud = Literal["none", "aws", "gcp", "azure"]
+
+
+class ClusterSettings(_Model):
+    """The cluster's networks and endpoints, everything that must bypass the proxy."""
+
+    name: DnsLabel | None = None
+    dns_domain: DnsName = "cluster.local"
+    pod_cidrs: list[Cidr] = Field(default_factory=list)
+    service_cidrs: list[Cidr] = Field(default_factory=list)
+    node_cidrs: list[Cidr] = Field(default_factory=list)
+    api_server_hosts: list[ApiHost] = Field(default_factory=list)
+    api_server_ips: list[IP] = Field(default_factory=list)
+    ip_family: IpFamily | None = Field(default=None, description="Inferred from the pod and service CIDRs when unset.")
+    cloud: Cloud = "none"
+    region: str | None = Field(default=None, description="AWS region, for the .compute.internal suffix.")
+
+    @model_validator(mode="after")
+    def _check_family(self) -> ClusterSettings:
+        if self.ip_family is None:
+            return self
+        versions = {ipaddress.ip_network(c).version for c in (*self.pod_cidrs, *self.service_cidrs)}
+        wanted = {"ipv4": {4}, "ipv6": {6}, "dual": {4, 6}}[self.ip_family]
+        extra = versions - wanted
+        if extra:
+            raise ValueError(
+                f"cluster.ipFamily: {self.ip_family!r} contradicts the IPv{extra.pop()} pod/service CIDRs "
+                "(expected ipv4, ipv6 or dual to match cluster.podCidrs and cluster.serviceCidrs)"
+            )
+        return self
+
+    @property
+    def effective_ip_family(self) -> IpFamily:
+        if self.ip_family is not None:
+            return self.ip_family
+        versions = {ipaddress.ip_network(c).version for c in (*self.service_cidrs, *self.pod_cidrs)}
+        if versions == {6}:
+            return "ipv6"
+        if versions == {4, 6}:
+            return "dual"
+        return "ipv4"
+
+    @property
+    def primary_family(self) -> Literal["IPv4", "IPv6"]:
+        """The Service's first IP family: that of the first service CIDR, else of the cluster."""
+        for cidr in (*self.service_cidrs, *self.pod_cidrs):
+            return "IPv6" if ipaddress.ip_network(cidr).version == 6 else "IPv4"
+        return "IPv6" if self.effective_ip_family == "ipv6" else "IPv4"
+
+
+class Resources(_Model):
+    """Container requests and limits, in Kubernetes quantity syntax."""
+
+    requests: dict[Literal["cpu", "memory"], str] = Field(default_factory=lambda: {"cpu": "10m", "memory": "32Mi"})
+    limits: dict[Literal["cpu", "memory"], str] = Field(default_factory=lambda: {"cpu": "500m", "memory": "128Mi"})
+
+    @field_validator("requests", "limits")
+    @classmethod
+    def _quantity(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, quantity in value.items():
+            if not re.match(r"^[0-9]+(\.[0-9]+)?(m|Ki|Mi|Gi|Ti|k|M|G|T)?$", str(quantity)):
+                raise ValueError(f"{key}: {quantity!r} is not a Kubernetes quantity (expected e.g. 100m or 64Mi)")
+        return dict(sorted(value.items()))
+
+
+class DeploymentSettings(_Model):
+    """The in-cluster tinyproxy: where it runs, which image, and who may use it for what."""
+
+    enabled: bool = True
+    namespace: DnsLabel = "kube-system"
+    service_name: DnsLabel = "http-proxy"
+    port: Port = 8888
+    image: str = Field(default="docker.io/vimagick/tinyproxy:latest", min_length=1)
+    resources: Resources = Field(default_factory=Resources)
+    allowed_source_cidrs: list[Cidr] = Field(default_factory=list)
+    connect_ports: list[Port] = Field(default_factory=lambda: [443])
+    internal_traffic_policy: Literal["Cluster", "Local"] = "Cluster"
+    max_clients: int = Field(default=1024, ge=1)
+
+    @field_validator("connect_ports")
+    @classmethod
+    def _ports(cls, value: list[int]) -> list[int]:
+        if not value:
+            raise ValueError("[] would let CONNECT reach every port (expected at least one port, e.g. [443])")
+        return sorted(set(value))
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str) -> str:
+        if any(ch.isspace() for ch in value):
+            raise ValueError(f"{value!r} is not an image reference (expected e.g. docker.io/vimagick/tinyproxy:1.11)")
+        return value
+
+
+@dataclass(frozen=True)
+class NetworkValues:
+    """Network facts that arrive at run time (resolved Outputs of a cluster resource), with their origin."""
+
+    origin: str = "network"
+    pod_cidrs: Sequence[str] = ()
+    service_cidrs: Sequence[str] = ()
+    node_cidrs: Sequence[str] = ()
+    api_server_hosts: Sequence[str] = ()
+    api_server_ips: Sequence[str] = ()
+
+
+class Settings(_Model):
+    """Everything proxy-component needs to know; see the README's settings reference."""
+
+    proxy: ProxySettings = Field(default_factory=ProxySettings)
+    cluster: ClusterSettings = Field(default_factory=ClusterSettings)
+    deployment: DeploymentSettings = Field(default_factory=DeploymentSettings)
+    namespaces: list[DnsLabel] = Field(default_factory=list, description="Namespaces that get a proxy-config ConfigMap.")
+
+    @field_validator("namespaces")
+    @classmethod
+    def _sorted_unique(cls, value: list[str]) -> list[str]:
+        return sorted(set(value))
+
+    @model_validator(mode="after")
+    def _check(self) -> Settings:
+        if not self.deployment.enabled and self.proxy.http_proxy is None:
+            raise ValueError(
+                "proxy.httpProxy: required when deployment.enabled is false (expected the URL of the proxy pods should use)"
+            )
+        return self
+
+    # --- derived values ---------------------------------------------------------------------
+
+    @property
+    def in_cluster_url(self) -> str:
+        """The tinyproxy Service's URL, e.g. http://http-proxy.kube-system.svc.k8s.internal:8888."""
+        d = self.deployment
+        return f"http://{d.service_name}.{d.namespace}.svc.{self.cluster.dns_domain}:{d.port}"
+
+    @property
+    def http_proxy(self) -> str:
+        return self.proxy.http_proxy or self.in_cluster_url
+
+    @property
+    def https_proxy(self) -> str:
+        return self.proxy.https_proxy or self.http_proxy
+
+    @property
+    def has_credentials(self) -> bool:
+        """True when a URL pods receive carries userinfo: every carrier must then be a Secret."""
+        return any(urlsplit(u).username is not None for u in (self.http_proxy, self.https_proxy))
+
+    def no_proxy_sources(self, network: NetworkValues | None = None) -> list[Source]:
+        """Every raw NO_PROXY value, with its category and origin, in the categories' order."""
+        c = self.cluster
+        sources = [*loopback_sources(), *cluster_domain_sources(c.dns_domain)]
+
+        def add(category: Category, field: str, values: Sequence[str], origin: str = "cluster") -> None:
+            sources.extend(Source(v, category, f"{origin}.{field}[{i}]") for i, v in enumerate(values))
+
+        add(Category.SERVICE_NETWORK, "serviceCidrs", c.service_cidrs)
+        add(Category.POD_NETWORK, "podCidrs", c.pod_cidrs)
+        add(Category.NODE_NETWORK, "nodeCidrs", c.node_cidrs)
+        add(Category.API_SERVER, "apiServerHosts", c.api_server_hosts)
+        add(Category.API_SERVER, "apiServerIps", c.api_server_ips)
+        if network is not None:
+            add(Category.SERVICE_NETWORK, "serviceCidrs", network.service_cidrs, network.origin)
+            add(Category.POD_NETWORK, "podCidrs", network.pod_cidrs, network.origin)
+            add(Category.NODE_NETWORK, "nodeCidrs", network.node_cidrs, network.origin)
+            hosts = [_api_host(h) for h in network.api_server_hosts]
+            add(Category.API_SERVER, "apiServerHosts", hosts, network.origin)
+            add(Category.API_SERVER, "apiServerIps", network.api_server_ips, network.origin)
+        sources.extend(cloud_metadata_sources(c.cloud, c.region))
+        add(Category.USER, "noProxy", self.proxy.no_proxy, "proxy")
+        return sources
+
+    def no_proxy(self, network: NetworkValues | None = None) -> NoProxy:
+        """The composed NO_PROXY list for these settings plus any run-time network facts."""
+        return compose(self.no_proxy_sources(network))
+
+    def allowed_sources(self, network: NetworkValues | None = None) -> list[str]:
+        """tinyproxy's Allow list: loopback, pod and node ranges, extra sources; collapsed and ordered."""
+        raw = ["127.0.0.1/32", "::1/128", *self.cluster.pod_cidrs, *self.cluster.node_cidrs]
+        raw += self.deployment.allowed_source_cidrs
+        if network is not None:
+            for field, values in (("podCidrs", network.pod_cidrs), ("nodeCidrs", network.node_cidrs)):
+                for i, value in enumerate(values):
+                    try:
+                        raw.append(_cidr(value))
+                    except ValueError as exc:
+                        raise SettingsError([f"{network.origin}.{field}[{i}]: {exc}"]) from None
+        v4 = ipaddress.collapse_addresses(n for n in map(ipaddress.ip_network, raw) if n.version == 4)
+        v6 = ipaddress.collapse_addresses(n for n in map(ipaddress.ip_network, raw) if n.version == 6)
+        nets: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = [*v4, *v6]
+        return [str(n.network_address) if n.prefixlen == n.max_prefixlen else str(n) for n in nets]
+
+    def has_static_sources(self) -> bool:
+        c, d = self.cluster, self.deployment
+        return bool(c.pod_cidrs or c.node_cidrs or d.allowed_source_cidrs)
+
+
+# --- loading ------------------------------------------------------------------------------
+
+
+def _path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _accepted_keys(model: type[BaseModel], loc: tuple[int | str, ...]) -> str:
+    current: Any = model
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        fields = {(f.alias or n): f for n, f in current.model_fields.items()}
+        fields.update(current.model_fields)
+        info = fields.get(part)
+        if info is None:
+            return ""
+        annotation = info.annotation
+        inner = [a for a in getattr(annotation, "__args__", (annotation,)) if isinstance(a, type) and issubclass(a, BaseModel)]
+        if not inner:
+            return ""
+        current = inner[0]
+    return ", ".join(sorted(f.alias or n for n, f in current.model_fields.items()))
+
+
+def _format(exc: ValidationError) -> list[str]:
+    problems = []
+    for error in exc.errors(include_url=False):
+        loc = tuple(error["loc"])
+        path = _path(loc) or "settings"
+        msg = str(error["msg"]).removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":
+            accepted = _accepted_keys(Settings, loc)
+            problems.append(f"{path}: unknown key (accepted: {accepted})")
+        elif error["type"] == "value_error" and msg.split(":", 1)[0].startswith(("proxy.", "cluster.", "deployment.")):
+            problems.append(msg)
+        elif error["type"] == "value_error":
+            problems.append(f"{path}: {msg}")
+        else:
+            value = error.get("input")
+            shown = "(hidden)" if "password" in path.lower() else repr(value)
+            problems.append(f"{path}: {shown}: {msg}")
+    return problems
+
+
+def parse_settings(data: Mapping[str, Any] | Settings | None) -> Settings:
+    """Validate a mapping (camelCase or snake_case keys) into Settings, or raise SettingsError."""
+    if isinstance(data, Settings):
+        return data
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise SettingsError([f"settings: {type(data).__name__} given (expected a mapping of proxy, cluster, deployment, namespaces)"])
+    try:
+        return Settings.model_validate(dict(data))
+    except ValidationError as exc:
+        raise SettingsError(_format(exc)) from None
+
+
+def load_settings(path: str) -> Settings:
+    """Read a YAML settings file; errors name the file."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = yaml.safe_load(handle)
+    except OSError as exc:
+        raise SettingsError([f"{path}: cannot read ({exc.strerror})"]) from None
+    except yaml.YAMLError as exc:
+        raise SettingsError([f"{path}: not valid YAML ({exc})"]) from None
+    return parse_settings(data)
