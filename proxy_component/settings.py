@@ -137,9 +137,12 @@ def _proxy_url(value: str) -> str:
     accepted = "expected http://host:port or https://host:port, optionally with user:password@"
     try:
         parts = urlsplit(value.strip())
-        port = parts.port
     except ValueError:
         raise ValueError(f"{_redact(value)!r} is not a URL ({accepted})") from None
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"{_redact(value)!r} has a port that is not a number from 1 to 65535 ({accepted})") from None
     if parts.scheme not in ("http", "https"):
         raise ValueError(f"{_redact(value)!r} has scheme {parts.scheme or 'none'!r} ({accepted})")
     if not parts.hostname:
@@ -477,7 +480,7 @@ def _format(exc: ValidationError) -> list[str]:
             problems.append(f"{path}: {msg}")
         else:
             value = error.get("input")
-            shown = "(hidden)" if "password" in path.lower() else repr(value)
+            shown = "(hidden)" if "password" in path.lower() else repr(_redact(value) if isinstance(value, str) else value)
             problems.append(f"{path}: {shown}: {msg}")
     return problems
 

@@ -1,0 +1,133 @@
+"""Shared fixtures: Pulumi mocks that record registrations, one event loop per test, and secret unwrapping."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pulumi
+import pytest
+from pulumi.runtime.settings import reset_options
+from pulumi.runtime.stack import wait_for_rpcs
+
+ROOT = Path(__file__).resolve().parent.parent
+SECRET_SIG = "4dabf18193072939515e22adb298388d"
+SECRET_VALUE = "1b47061264138c4ac30d75fd1eb44270"
+
+T = TypeVar("T")
+
+
+def unwrap(value: Any) -> Any:
+    """The value with every secret envelope of the mock inputs replaced by its content."""
+    if isinstance(value, dict):
+        if value.get(SECRET_SIG) == SECRET_VALUE:
+            return unwrap(value["value"])
+        return {k: unwrap(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [unwrap(v) for v in value]
+    return value
+
+
+def holds_secret(value: Any) -> bool:
+    """True when a secret envelope appears anywhere in `value`."""
+    if isinstance(value, dict):
+        return value.get(SECRET_SIG) == SECRET_VALUE or any(holds_secret(v) for v in value.values())
+    if isinstance(value, list):
+        return any(holds_secret(v) for v in value)
+    return False
+
+
+@dataclass
+class Registered:
+    """One resource the program registered, as the engine would have seen it."""
+
+    typ: str
+    name: str
+    raw_inputs: dict[str, Any]
+    provider: str | None
+
+    @property
+    def inputs(self) -> dict[str, Any]:
+        return dict(unwrap(self.raw_inputs))
+
+
+@dataclass
+class RecordingMocks(pulumi.runtime.Mocks):
+    """Records registrations; answers invokes from `calls` and adds `state` to a resource's outputs by type."""
+
+    calls: dict[str, dict[str, Any]] = field(default_factory=dict)
+    state: dict[str, dict[str, Any]] = field(default_factory=dict)
+    registered: list[Registered] = field(default_factory=list)
+    invoked: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict[Any, Any]]:
+        self.registered.append(Registered(args.typ, args.name, dict(args.inputs), args.provider))
+        return f"{args.name}-id", {**args.inputs, **self.state.get(args.typ, {})}
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[Any, Any], list[tuple[str, str]] | None]:
+        self.invoked.append((args.token, dict(args.args)))
+        if args.token not in self.calls:
+            raise KeyError(f"unexpected invoke {args.token}")
+        return self.calls[args.token], None
+
+
+@dataclass
+class Harness:
+    """A mocked Pulumi program run: resolve Outputs, wait for registrations, look resources up."""
+
+    loop: asyncio.AbstractEventLoop
+    mocks: RecordingMocks
+
+    def run(self, awaitable: Awaitable[T]) -> T:
+        return self.loop.run_until_complete(awaitable)
+
+    def value(self, output: pulumi.Output[T]) -> T:
+        return self.run(output.future())  # type: ignore[arg-type]
+
+    def known(self, output: pulumi.Output[Any]) -> bool:
+        return self.run(output.is_known())
+
+    def secret(self, output: pulumi.Output[Any]) -> bool:
+        return self.run(output.is_secret())
+
+    def settle(self) -> list[Registered]:
+        self.run(wait_for_rpcs())
+        return self.mocks.registered
+
+    def of_type(self, typ: str) -> list[Registered]:
+        return [r for r in self.settle() if r.typ == typ]
+
+    def one(self, typ: str, name: str) -> Registered:
+        found = [r for r in self.settle() if r.typ == typ and r.name == name]
+        assert len(found) == 1, f"expected one {typ} {name!r}, got {[r.name for r in self.mocks.registered]}"
+        return found[0]
+
+
+def _harness(preview: bool) -> Iterator[Harness]:
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    mocks = RecordingMocks()
+    pulumi.runtime.set_mocks(mocks, project="proxy-component", stack="test", preview=preview)
+    try:
+        yield Harness(loop, mocks)
+    finally:
+        reset_options()
+        loop.close()
+        asyncio.set_event_loop(None)
+
+
+@pytest.fixture
+def mocked() -> Iterator[Harness]:
+    """A Pulumi program under mocks, as in `pulumi up`."""
+    yield from _harness(preview=False)
+
+
+@pytest.fixture
+def mocked_preview() -> Iterator[Harness]:
+    """A Pulumi program under mocks, as in `pulumi preview`: outputs missing from state are unknown."""
+    yield from _harness(preview=True)
+
+
