@@ -103,8 +103,8 @@ class ClusterProxy(pulumi.ComponentResource):
         self.http_proxy = _maybe_secret(settings.http_proxy, secret)
         self.https_proxy = _maybe_secret(settings.https_proxy, secret)
         self.no_proxy = no_proxy
-        self.proxy_url = _maybe_secret(
-            settings.in_cluster_url if settings.deployment.enabled else settings.http_proxy, secret
+        self.proxy_url = (
+            pulumi.Output.from_input(settings.in_cluster_url) if settings.deployment.enabled else self.http_proxy
         )
         values = ProxyValues(self.http_proxy, self.https_proxy, no_proxy)
         env: pulumi.Output[Any] = pulumi.Output.from_input(env_vars(values))

@@ -279,13 +279,6 @@ class ClusterSettings(_Model):
             return "dual"
         return "ipv4"
 
-    @property
-    def primary_family(self) -> Literal["IPv4", "IPv6"]:
-        """The Service's first IP family: that of the first service CIDR, else of the cluster."""
-        for cidr in (*self.service_cidrs, *self.pod_cidrs):
-            return "IPv6" if ipaddress.ip_network(cidr).version == 6 else "IPv4"
-        return "IPv6" if self.effective_ip_family == "ipv6" else "IPv4"
-
 
 class Resources(_Model):
     """Container requests and limits, in Kubernetes quantity syntax."""

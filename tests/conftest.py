@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,6 +115,8 @@ def _harness(preview: bool) -> Iterator[Harness]:
     try:
         yield Harness(loop, mocks)
     finally:
+        with contextlib.suppress(Exception):
+            loop.run_until_complete(wait_for_rpcs())
         reset_options()
         loop.close()
         asyncio.set_event_loop(None)

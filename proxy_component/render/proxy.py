@@ -182,13 +182,12 @@ def service(settings: Settings) -> Obj:
     """The `http-proxy` Service; its IP families follow the cluster's (IPv6 single-stack on an IPv6-only cluster)."""
     d = settings.deployment
     family = settings.cluster.effective_ip_family
-    primary = settings.cluster.primary_family
+    ip: Obj
     if family == "dual":
-        families = [primary, "IPv6" if primary == "IPv4" else "IPv4"]
-        policy = "PreferDualStack"
+        # No ipFamilies: the cluster's own primary family comes first, whatever order the CIDRs were given in.
+        ip = {"ipFamilyPolicy": "PreferDualStack"}
     else:
-        families = ["IPv6" if family == "ipv6" else "IPv4"]
-        policy = "SingleStack"
+        ip = {"ipFamilyPolicy": "SingleStack", "ipFamilies": ["IPv6" if family == "ipv6" else "IPv4"]}
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -196,8 +195,7 @@ def service(settings: Settings) -> Obj:
         "spec": {
             "type": "ClusterIP",
             "selector": {APP_LABEL: d.service_name},
-            "ipFamilyPolicy": policy,
-            "ipFamilies": families,
+            **ip,
             "internalTrafficPolicy": d.internal_traffic_policy,
             "ports": [{"name": "http-proxy", "port": d.port, "targetPort": d.port, "protocol": "TCP"}],
         },
