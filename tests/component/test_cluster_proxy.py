@@ -59,7 +59,7 @@ def test_resources_types_names_namespaces_and_parents(mocked: Harness) -> None:
         (SERVICE, "egress-service", "kube-system", "http-proxy"),
         (COMPONENT, "egress", None, None),
     ]
-    children = {urn for urn in mocked_urns(mocked) if "$" in urn}
+    children = {urn for urn in mocked_urns(mocked) if "::kubernetes:" in urn or "$kubernetes:" in urn}
     assert len(children) == 5
     assert all(f"::{COMPONENT}$kubernetes:" in urn for urn in children)
 
