@@ -62,15 +62,28 @@ class Registration:
 
 
 class RecordingMocks(pulumi.runtime.Mocks):
-    """Records every `new_resource` (the mock monitor calls it from executor threads) and echoes inputs as state."""
+    """Records every `new_resource` (the mock monitor calls it from executor threads) and echoes inputs as state.
+
+    The mock monitor gives each executor thread its own event loop and never closes it; the loops are noted
+    here so that `run_once` can close them (otherwise their finalizers raise "Invalid file descriptor" noise).
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.registrations: list[Registration] = []
+        self.thread_loops: set[asyncio.AbstractEventLoop] = set()
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict[Any, Any]]:
+        loop = None
+        if threading.current_thread() is not threading.main_thread():
+            try:
+                loop = asyncio.get_event_loop_policy().get_event_loop()
+            except RuntimeError:
+                loop = None
         with self._lock:
             self.registrations.append(Registration(args.typ, args.name, bool(args.custom)))
+            if loop is not None:
+                self.thread_loops.add(loop)
         return f"{args.name}_id", dict(args.inputs)
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[Any, Any], list[tuple[str, str]] | None]:
@@ -79,6 +92,13 @@ class RecordingMocks(pulumi.runtime.Mocks):
     def clear(self) -> None:
         with self._lock:
             self.registrations.clear()
+
+    def close_thread_loops(self) -> None:
+        with self._lock:
+            loops, self.thread_loops = self.thread_loops, set()
+        for loop in loops:
+            if not loop.is_closed() and not loop.is_running():
+                loop.close()
 
 
 _RESET_OPTIONS: Callable[..., None] | None = getattr(runtime_settings, "reset_options", None)
@@ -90,7 +110,7 @@ def _reset_runtime() -> None:
         _RESET_OPTIONS()
     else:  # pragma: no cover - older SDKs
         runtime_settings.ROOT.set(None)
-        runtime_settings.configure(runtime_settings.Settings())
+        runtime_settings.configure(runtime_settings.Settings(project=None, stack=None))
 
 
 @dataclass(frozen=True)
@@ -104,9 +124,9 @@ def run_once(build: Callable[[], object], profiler: cProfile.Profile | None = No
     """One program on a fresh event loop and fresh mocks; the clock covers `build()` plus draining every RPC."""
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
+    mocks = RecordingMocks()
     try:
         _reset_runtime()
-        mocks = RecordingMocks()
         pulumi.runtime.set_mocks(mocks, project="bench", stack="bench", preview=False)
         loop.run_until_complete(wait_for_rpcs())  # the root Stack's own registration, outside the clock
         mocks.clear()
@@ -124,6 +144,7 @@ def run_once(build: Callable[[], object], profiler: cProfile.Profile | None = No
     finally:
         loop.run_until_complete(loop.shutdown_default_executor())
         loop.close()
+        mocks.close_thread_loops()
         asyncio.set_event_loop(None)
         _reset_runtime()
 
@@ -179,7 +200,11 @@ def build_component_outputs(count: int) -> Callable[[], object]:
     return build
 
 
-_BASELINE_LABELS = {"app": "http-proxy", "app.kubernetes.io/name": "tinyproxy", "app.kubernetes.io/part-of": "proxy-component"}
+_BASELINE_LABELS = {
+    "app": "http-proxy",
+    "app.kubernetes.io/name": "tinyproxy",
+    "app.kubernetes.io/part-of": "proxy-component",
+}
 _BASELINE_URL = "http://http-proxy.kube-system.svc.cluster.local:8888"
 _BASELINE_NO_PROXY = (
     "localhost,127.0.0.1,::1,.svc,.svc.cluster.local,.cluster.local,10.96.0.0/12,10.244.0.0/16,10.0.0.0/20,"
@@ -209,10 +234,15 @@ def _baseline_daemonset() -> Obj:
                             "name": "tinyproxy",
                             "image": "docker.io/vimagick/tinyproxy:latest",
                             "command": ["tinyproxy", "-d", "-c", "/etc/tinyproxy/tinyproxy.conf"],
-                            "ports": [{"name": "http-proxy", "containerPort": 8888, "hostPort": 8888, "protocol": "TCP"}],
+                            "ports": [
+                                {"name": "http-proxy", "containerPort": 8888, "hostPort": 8888, "protocol": "TCP"}
+                            ],
                             "readinessProbe": {**probe, "initialDelaySeconds": 2},
                             "livenessProbe": {**probe, "initialDelaySeconds": 10},
-                            "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"cpu": "500m", "memory": "128Mi"}},
+                            "resources": {
+                                "requests": {"cpu": "10m", "memory": "32Mi"},
+                                "limits": {"cpu": "500m", "memory": "128Mi"},
+                            },
                             "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True},
                             "volumeMounts": [{"name": "config", "mountPath": "/etc/tinyproxy", "readOnly": True}],
                         }
@@ -238,7 +268,11 @@ def _baseline_service() -> Obj:
 
 def _baseline_configmap(namespace: str) -> Obj:
     data: dict[str, str] = {}
-    for name, value in (("HTTP_PROXY", _BASELINE_URL), ("HTTPS_PROXY", _BASELINE_URL), ("NO_PROXY", _BASELINE_NO_PROXY)):
+    for name, value in (
+        ("HTTP_PROXY", _BASELINE_URL),
+        ("HTTPS_PROXY", _BASELINE_URL),
+        ("NO_PROXY", _BASELINE_NO_PROXY),
+    ):
         data[name] = data[name.lower()] = value
     labels = {"app.kubernetes.io/part-of": "proxy-component", "app.kubernetes.io/component": "proxy-env"}
     return {"metadata": {"name": "proxy-config", "namespace": namespace, "labels": labels}, "data": data}
@@ -270,7 +304,12 @@ class Scenario:
 SCENARIOS = (
     Scenario("baseline", "hand-written DaemonSet + Service + N ConfigMaps", build_baseline, lambda n: 2 + n),
     Scenario("component", "ClusterProxy, static settings", build_component, lambda n: 1 + 3 + n),
-    Scenario("component+outputs", "ClusterProxy, CIDRs/hosts as ClusterNetwork Outputs", build_component_outputs, lambda n: 1 + 3 + n),
+    Scenario(
+        "component+outputs",
+        "ClusterProxy, CIDRs/hosts as ClusterNetwork Outputs",
+        build_component_outputs,
+        lambda n: 1 + 3 + n,
+    ),
 )
 
 
@@ -348,36 +387,55 @@ def bench_construction(sizes: Sequence[int], reps: int, budget_s: float) -> list
 
 # --- profiling (main thread and the executor threads that run the mock monitor) -------------------
 
+# Idle executor threads and GIL hand-offs: time spent waiting, not working; left out of the tables.
+_WAITS = (
+    "'get' of '_queue.SimpleQueue'",
+    "'poll' of 'select.",
+    "'acquire' of '_thread.lock'",
+    "'send' of '_socket.socket'",
+    "'recv' of '_socket.socket'",
+)
+
 
 @dataclass
 class ProfileReport:
-    scenario: str
     namespaces: int
-    wall_ms: float
-    by_tottime: list[Obj]
-    by_cumtime: list[Obj]
-
-
-def _stat_rows(stats: pstats.Stats, sort: str, limit: int, keep: Callable[[str], bool]) -> list[Obj]:
-    raw: dict[tuple[str, int, str], tuple[int, int, float, float, Any]] = stats.stats  # type: ignore[attr-defined]
-    rows = []
-    for (filename, line, func), (_cc, ncalls, tottime, cumtime, _callers) in raw.items():
-        where = f"{_short_path(filename)}:{line}({func})"
-        if keep(where):
-            rows.append({"function": where, "ncalls": ncalls, "tottime_ms": tottime * 1000, "cumtime_ms": cumtime * 1000})
-    rows.sort(key=lambda r: float(r["tottime_ms" if sort == "tottime" else "cumtime_ms"]), reverse=True)
-    return rows[:limit]
+    component_ms: float  # wall time of the profiled component run (inflated by the profiler)
+    baseline_ms: float  # wall time of the profiled baseline run
+    by_tottime: list[Obj]  # the component run, top functions by own time
+    component_functions: list[Obj]  # proxy_component's own functions by cumulative time
+    over_baseline: list[Obj]  # own time the component run spends beyond the baseline run, per function
 
 
 def _short_path(filename: str) -> str:
-    for marker in ("site-packages/", f"{REPO_ROOT}/"):
+    for marker in ("site-packages/", f"{REPO_ROOT}/", "/lib/python3."):
         if marker in filename:
-            return filename.split(marker, 1)[1]
+            tail = filename.split(marker, 1)[1]
+            return tail.split("/", 1)[1] if marker == "/lib/python3." else tail
     return filename
 
 
-def profile_component(size: int) -> ProfileReport:
-    """cProfile one component run; the mock monitor's RegisterResource runs in executor threads, so profile those too."""
+def _flatten(stats: pstats.Stats) -> dict[str, tuple[int, float, float]]:
+    """function -> (calls, own seconds, cumulative seconds), without waits."""
+    raw: dict[tuple[str, int, str], tuple[int, int, float, float, Any]] = stats.stats  # type: ignore[attr-defined]
+    flat: dict[str, tuple[int, float, float]] = {}
+    for (filename, line, func), (_cc, ncalls, tottime, cumtime, _callers) in raw.items():
+        where = f"{_short_path(filename)}:{line}({func})"
+        if not any(w in where for w in _WAITS):
+            calls, own, cum = flat.get(where, (0, 0.0, 0.0))
+            flat[where] = (calls + ncalls, own + tottime, cum + cumtime)
+    return flat
+
+
+def _rows(items: Sequence[tuple[str, tuple[int, float, float]]]) -> list[Obj]:
+    return [
+        {"function": f, "ncalls": c, "tottime_ms": round(t * 1000, 2), "cumtime_ms": round(cum * 1000, 2)}
+        for f, (c, t, cum) in items
+    ]
+
+
+def _profile_run(build: Callable[[], object]) -> tuple[dict[str, tuple[int, float, float]], float]:
+    """cProfile one run; the mock monitor's RegisterResource runs in executor threads, so profile those too."""
     thread_profiles: list[cProfile.Profile] = []
     lock = threading.Lock()
 
@@ -390,19 +448,33 @@ def profile_component(size: int) -> ProfileReport:
     main = cProfile.Profile()
     threading.setprofile(start_thread_profile)
     try:
-        result = run_once(build_component(size), main)
+        result = run_once(build, main)
     finally:
-        threading.setprofile(None)  # type: ignore[arg-type]
+        threading.setprofile(None)
     stats = pstats.Stats(main, stream=io.StringIO())
     for prof in thread_profiles:
         stats.add(prof)
-    interesting = ("proxy_component/", "pulumi/", "pulumi_kubernetes/", "hashlib", "pydantic", "ipaddress")
+    return _flatten(stats), result.total_s * 1000
+
+
+def profile_component(size: int, limit: int = 20) -> ProfileReport:
+    component, component_ms = _profile_run(build_component(size))
+    baseline, baseline_ms = _profile_run(build_baseline(size))
+    by_own = sorted(component.items(), key=lambda kv: kv[1][1], reverse=True)[:limit]
+    own_funcs = [kv for kv in component.items() if kv[0].startswith("proxy_component/")]
+    own_funcs.sort(key=lambda kv: kv[1][2], reverse=True)
+    extra: list[tuple[str, tuple[int, float, float]]] = []
+    for name, (calls, own, cum) in component.items():
+        b_calls, b_own, b_cum = baseline.get(name, (0, 0.0, 0.0))
+        extra.append((name, (calls - b_calls, own - b_own, cum - b_cum)))
+    extra.sort(key=lambda kv: kv[1][1], reverse=True)
     return ProfileReport(
-        scenario="component",
         namespaces=size,
-        wall_ms=result.total_s * 1000,
-        by_tottime=_stat_rows(stats, "tottime", 20, lambda _w: True),
-        by_cumtime=_stat_rows(stats, "cumtime", 25, lambda w: any(m in w for m in interesting)),
+        component_ms=component_ms,
+        baseline_ms=baseline_ms,
+        by_tottime=_rows(by_own),
+        component_functions=_rows(own_funcs[:limit]),
+        over_baseline=_rows(extra[:limit]),
     )
 
 
@@ -425,7 +497,9 @@ class ImportRow:
 
 
 def _python(code: str, *flags: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, *flags, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=False)
+    return subprocess.run(
+        [sys.executable, *flags, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=False
+    )
 
 
 def _wall_ms(code: str, reps: int) -> list[float]:
@@ -443,7 +517,6 @@ def _importtime(statement: str) -> tuple[float | None, list[tuple[str, float]]]:
     own = 0.0
     found = False
     by_root: dict[str, float] = {}
-    stdlib = getattr(sys, "stdlib_module_names", frozenset())
     for line in proc.stderr.splitlines():
         match = _IMPORTTIME.match(line)
         if match is None:
@@ -453,7 +526,7 @@ def _importtime(statement: str) -> tuple[float | None, list[tuple[str, float]]]:
         if len(indent) <= 1 and root == "proxy_component":
             own += cumulative_us / 1000
             found = True
-        key = "(stdlib)" if root in stdlib or root.startswith("_") else root
+        key = "(stdlib)" if root in sys.stdlib_module_names or root.startswith("_") else root
         by_root[key] = by_root.get(key, 0.0) + self_us / 1000
     heaviest = sorted(by_root.items(), key=lambda kv: kv[1], reverse=True)[:10]
     return (own if found else None), [(k, round(v, 1)) for k, v in heaviest]
@@ -481,7 +554,7 @@ def bench_imports(reps: int) -> list[ImportRow]:
         median = statistics.median(samples)
         if statement == "pass":
             pass_median = median
-            importtime, heaviest = None, []
+            importtime, heaviest = None, list[tuple[str, float]]()
         else:
             importtime, heaviest = _importtime(statement)
         rows.append(
@@ -524,7 +597,9 @@ def _fmt(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def markdown(env: Obj, construction: list[ConstructionRow], imports: list[ImportRow], profile: ProfileReport | None) -> str:
+def markdown(
+    env: Obj, construction: list[ConstructionRow], imports: list[ImportRow], profile: ProfileReport | None
+) -> str:
     out = [
         f"Python {env['python']}, pulumi {env['pulumi']}, pulumi-kubernetes {env['pulumi-kubernetes']}, "
         f"{env['cpus']} CPUs, {env['platform']}",
@@ -567,24 +642,34 @@ def markdown(env: Obj, construction: list[ConstructionRow], imports: list[Import
             )
         for i in imports:
             if i.heaviest:
-                out += ["", f"Heaviest packages in `{i.statement}` (-X importtime self time summed per top-level package):", ""]
+                out += [
+                    "",
+                    f"Heaviest packages in `{i.statement}` (-X importtime self time summed per top-level package):",
+                    "",
+                ]
                 out += ["| package | self ms |", "|---|---:|"]
                 out += [f"| {name} | {ms:.1f} |" for name, ms in i.heaviest]
         out.append("")
     if profile is not None:
         out += [
-            f"### cProfile of one `component` run with {profile.namespaces} namespaces "
-            f"({profile.wall_ms:.0f} ms under the profiler; main thread + executor threads)",
+            f"### cProfile, {profile.namespaces} namespaces: component run {profile.component_ms:.0f} ms, "
+            f"baseline run {profile.baseline_ms:.0f} ms under the profiler",
             "",
-            "Top by own time:",
-            "",
-            "| function | calls | tottime ms | cumtime ms |",
-            "|---|---:|---:|---:|",
+            "Main thread plus the executor threads that run the mock monitor (their times overlap); idle waits "
+            "(queue get, epoll, lock acquire, self-pipe send/recv) are left out.",
         ]
-        out += [f"| `{r['function']}` | {r['ncalls']} | {r['tottime_ms']:.1f} | {r['cumtime_ms']:.1f} |" for r in profile.by_tottime]
-        out += ["", "Top by cumulative time (proxy_component, pulumi, pulumi_kubernetes, hashlib, pydantic, ipaddress):", ""]
-        out += ["| function | calls | tottime ms | cumtime ms |", "|---|---:|---:|---:|"]
-        out += [f"| `{r['function']}` | {r['ncalls']} | {r['tottime_ms']:.1f} | {r['cumtime_ms']:.1f} |" for r in profile.by_cumtime]
+        for title, rows in (
+            ("Component run, top by own time", profile.by_tottime),
+            ("proxy_component functions, by cumulative time", profile.component_functions),
+            (
+                "Own time the component run spends beyond the baseline run (calls and ms are differences)",
+                profile.over_baseline,
+            ),
+        ):
+            out += ["", f"{title}:", "", "| function | calls | tottime ms | cumtime ms |", "|---|---:|---:|---:|"]
+            out += [
+                f"| `{r['function']}` | {r['ncalls']} | {r['tottime_ms']:.1f} | {r['cumtime_ms']:.1f} |" for r in rows
+            ]
         out.append("")
     return "\n".join(out)
 
@@ -606,12 +691,21 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of markdown tables")
     parser.add_argument("--reps", type=int, default=5, help="repetitions per scenario and size (default 5)")
-    parser.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)), help="namespace counts (default 1,50,500)")
     parser.add_argument(
-        "--budget", type=float, default=60.0, help="seconds per size; fewer repetitions when one repetition exceeds budget/reps"
+        "--sizes", default=",".join(map(str, DEFAULT_SIZES)), help="namespace counts (default 1,50,500)"
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=60.0,
+        help="seconds per size; fewer repetitions when one repetition exceeds budget/reps",
     )
     parser.add_argument("--import-reps", type=int, default=5, help="subprocess runs per import statement (default 5)")
-    parser.add_argument("--profile", action="store_true", help=f"always cProfile the largest size (default: only if > {PROFILE_RATIO}x baseline)")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help=f"always cProfile the largest size (default: only if > {PROFILE_RATIO}x baseline)",
+    )
     parser.add_argument("--skip-construction", action="store_true")
     parser.add_argument("--skip-imports", action="store_true")
     return parser.parse_args(argv)
@@ -625,7 +719,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     profile: ProfileReport | None = None
     if construction:
         largest = max(sizes)
-        ratio = next((r.vs_baseline for r in construction if r.scenario == "component" and r.namespaces == largest), None)
+        ratio = next(
+            (r.vs_baseline for r in construction if r.scenario == "component" and r.namespaces == largest), None
+        )
         if args.profile or (ratio is not None and ratio > PROFILE_RATIO):
             log(f"profiling the component with {largest} namespaces (x baseline: {_fmt(ratio, 2)})")
             profile = profile_component(largest)

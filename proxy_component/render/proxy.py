@@ -11,7 +11,8 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
-from ..settings import Settings
+from ..noproxy import Kind, parse_entry
+from ..settings import Settings, SettingsError
 
 __all__ = [
     "APP_LABEL",
@@ -75,12 +76,45 @@ def tinyproxy_conf(settings: Settings, allow: Sequence[str]) -> str:
     upstream = settings.proxy.upstream
     if upstream is not None:
         host, port = upstream.endpoint
+        if host.startswith("["):
+            raise SettingsError(
+                [
+                    f"proxy.upstream.url: host {host} is an IPv6 address, which tinyproxy 1.11's Upstream cannot "
+                    "parse: tinyproxy would exit with a syntax error (expected a host name or an IPv4 address)"
+                ]
+            )
         creds = upstream.credentials
         userinfo = f"{creds[0]}:{creds[1]}@" if creds else ""
         lines += ["", "# Chain to the corporate proxy, except for these destinations."]
-        lines += [f"Upstream none {_quote(dest.lstrip('*'))}" for dest in sorted(upstream.no_upstream)]
+        lines += [f"Upstream none {_quote(spec)}" for spec in _no_upstream_specs(upstream.no_upstream)]
         lines.append(f"Upstream http {userinfo}{host}:{port}")
     return "\n".join(lines) + "\n"
+
+
+def _no_upstream_specs(entries: Sequence[str]) -> list[str]:
+    """tinyproxy `Upstream none` site specs for the noUpstream entries, in their canonical form.
+
+    tinyproxy 1.11 matches a spec against the request's host only: a name exactly,
+    `.example.com` only below the domain (not example.com itself), an IP or CIDR
+    numerically (IPv6 unbracketed). It drops a spec with a port or brackets with a
+    warning. So a suffix becomes both the domain and `.domain`, brackets and a
+    trailing dot go, and a port is refused.
+    """
+    specs: set[str] = set()
+    for i, raw in enumerate(entries):
+        entry = parse_entry(raw)
+        if entry.port is not None:
+            raise SettingsError(
+                [
+                    f"proxy.upstream.noUpstream[{i}]: {raw!r} has a port, but tinyproxy's Upstream none matches "
+                    "hosts only (expected the host, suffix, IP or CIDR alone)"
+                ]
+            )
+        name = entry.value.rstrip(".")
+        specs.add(name)
+        if entry.kind is Kind.SUFFIX:
+            specs.add(f".{name}")
+    return sorted(specs)
 
 
 def config_digest(conf: str) -> str:
