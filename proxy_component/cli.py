@@ -41,7 +41,10 @@ def dump(objects: Sequence[dict[str, Any]]) -> str:
 def _load(config: str | None) -> Settings:
     if config is None:
         text = files("proxy_component").joinpath("data/example.yaml").read_text(encoding="utf-8")
-        print("proxy-component: no CONFIG given, using the embedded example (examples/ipv6-only/proxy.yaml)", file=sys.stderr)
+        print(
+            "proxy-component: no CONFIG given, using the embedded example (examples/ipv6-only/proxy.yaml)",
+            file=sys.stderr,
+        )
         return parse_settings(yaml.safe_load(text))
     return load_settings(config)
 

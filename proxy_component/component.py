@@ -160,7 +160,9 @@ class ClusterProxy(pulumi.ComponentResource):
             ips=network.api_server_ips,
         ).apply(resolve)
 
-    def _create(self, logical_name: str, obj: Obj, extra: pulumi.ResourceOptions | None = None) -> pulumi.CustomResource:
+    def _create(
+        self, logical_name: str, obj: Obj, extra: pulumi.ResourceOptions | None = None
+    ) -> pulumi.CustomResource:
         cls = _RESOURCE_CLASSES[(obj["apiVersion"], obj["kind"])]
         kwargs = {_ARG_NAMES[key]: value for key, value in obj.items() if key not in ("apiVersion", "kind")}
         resource: pulumi.CustomResource = cls(logical_name, opts=_child_opts(self, extra), **kwargs)

@@ -174,7 +174,11 @@ def parse_entry(value: str, category: Category = Category.USER, origin: str = ""
         except ValueError:
             raise _bad(value, origin, "is not a bracketed IPv6 address") from None
         if rest:
-            raise _bad(value, origin, "is an IPv6 address with a port, which makes httpx raise InvalidURL; give the address alone")
+            raise _bad(
+                value,
+                origin,
+                "is an IPv6 address with a port, which makes httpx raise InvalidURL; give the address alone",
+            )
         return make(Kind.IP, str(address))
     try:
         return make(Kind.IP, str(ipaddress.ip_address(text)))

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
-from urllib.parse import SplitResult, unquote, urlsplit
+from urllib.parse import unquote, urlsplit
 
 import yaml
 from pydantic import (
@@ -86,7 +86,9 @@ def _ip(value: str) -> str:
 def _dns_name(value: str) -> str:
     name = value.lower().rstrip(".")
     if not _DNS_NAME.match(name):
-        raise ValueError(f"{value!r} is not a DNS name (expected lower-case labels of a-z, 0-9 and '-', e.g. cluster.local)")
+        raise ValueError(
+            f"{value!r} is not a DNS name (expected lower-case labels of a-z, 0-9 and '-', e.g. cluster.local)"
+        )
     return name
 
 
@@ -148,7 +150,9 @@ def _proxy_url(value: str) -> str:
     if not parts.hostname:
         raise ValueError(f"{_redact(value)!r} has no host ({accepted})")
     if parts.path not in ("", "/") or parts.query or parts.fragment:
-        raise ValueError(f"{_redact(value)!r} has a path, query or fragment, which clients ignore or reject ({accepted})")
+        raise ValueError(
+            f"{_redact(value)!r} has a path, query or fragment, which clients ignore or reject ({accepted})"
+        )
     if port == 0:
         raise ValueError(f"{_redact(value)!r} has port 0 ({accepted})")
     return parts._replace(path="").geturl()
@@ -198,7 +202,9 @@ class UpstreamSettings(_Model):
     def _check(self) -> UpstreamSettings:
         parts = urlsplit(self.url)
         if parts.scheme != "http":
-            raise ValueError(f"proxy.upstream.url: {_redact(self.url)!r} must use http:// (tinyproxy reaches upstreams over plain HTTP)")
+            raise ValueError(
+                f"proxy.upstream.url: {_redact(self.url)!r} must use http:// (tinyproxy reaches upstreams over plain HTTP)"
+            )
         if parts.username is not None and self.username is not None:
             raise ValueError("proxy.upstream: give the credentials either in url or in username/password, not both")
         user = self.username if self.username is not None else unquote(parts.username or "")
@@ -206,9 +212,13 @@ class UpstreamSettings(_Model):
         if self.password is not None and self.username is None:
             raise ValueError("proxy.upstream.password: a password needs proxy.upstream.username")
         if re.search(r'[:@"\s]', user):
-            raise ValueError(f"proxy.upstream.username: {user!r} holds ':', '@', '\"' or a space, which tinyproxy's Upstream cannot carry")
+            raise ValueError(
+                f"proxy.upstream.username: {user!r} holds ':', '@', '\"' or a space, which tinyproxy's Upstream cannot carry"
+            )
         if re.search(r'[@"\s]', password):
-            raise ValueError("proxy.upstream.password: holds '@', '\"' or a space, which tinyproxy's Upstream cannot carry (value hidden)")
+            raise ValueError(
+                "proxy.upstream.password: holds '@', '\"' or a space, which tinyproxy's Upstream cannot carry (value hidden)"
+            )
         return self
 
     @property
@@ -280,11 +290,18 @@ class ClusterSettings(_Model):
         return "ipv4"
 
 
+ResourceName = Literal["cpu", "memory"]
+
+
+def _quantities(cpu: str, memory: str) -> dict[ResourceName, str]:
+    return {"cpu": cpu, "memory": memory}
+
+
 class Resources(_Model):
     """Container requests and limits, in Kubernetes quantity syntax."""
 
-    requests: dict[Literal["cpu", "memory"], str] = Field(default_factory=lambda: {"cpu": "10m", "memory": "32Mi"})
-    limits: dict[Literal["cpu", "memory"], str] = Field(default_factory=lambda: {"cpu": "500m", "memory": "128Mi"})
+    requests: dict[ResourceName, str] = Field(default_factory=lambda: _quantities("10m", "32Mi"))
+    limits: dict[ResourceName, str] = Field(default_factory=lambda: _quantities("500m", "128Mi"))
 
     @field_validator("requests", "limits")
     @classmethod
@@ -342,7 +359,9 @@ class Settings(_Model):
     proxy: ProxySettings = Field(default_factory=ProxySettings)
     cluster: ClusterSettings = Field(default_factory=ClusterSettings)
     deployment: DeploymentSettings = Field(default_factory=DeploymentSettings)
-    namespaces: list[DnsLabel] = Field(default_factory=list, description="Namespaces that get a proxy-config ConfigMap.")
+    namespaces: list[DnsLabel] = Field(
+        default_factory=list, description="Namespaces that get a proxy-config ConfigMap."
+    )
 
     @field_validator("namespaces")
     @classmethod
@@ -451,7 +470,11 @@ def _accepted_keys(model: type[BaseModel], loc: tuple[int | str, ...]) -> str:
         if info is None:
             return ""
         annotation = info.annotation
-        inner = [a for a in getattr(annotation, "__args__", (annotation,)) if isinstance(a, type) and issubclass(a, BaseModel)]
+        inner = [
+            a
+            for a in getattr(annotation, "__args__", (annotation,))
+            if isinstance(a, type) and issubclass(a, BaseModel)
+        ]
         if not inner:
             return ""
         current = inner[0]
@@ -473,7 +496,9 @@ def _format(exc: ValidationError) -> list[str]:
             problems.append(f"{path}: {msg}")
         else:
             value = error.get("input")
-            shown = "(hidden)" if "password" in path.lower() else repr(_redact(value) if isinstance(value, str) else value)
+            shown = (
+                "(hidden)" if "password" in path.lower() else repr(_redact(value) if isinstance(value, str) else value)
+            )
             problems.append(f"{path}: {shown}: {msg}")
     return problems
 
@@ -485,7 +510,9 @@ def parse_settings(data: Mapping[str, Any] | Settings | None) -> Settings:
     if data is None:
         data = {}
     if not isinstance(data, Mapping):
-        raise SettingsError([f"settings: {type(data).__name__} given (expected a mapping of proxy, cluster, deployment, namespaces)"])
+        raise SettingsError(
+            [f"settings: {type(data).__name__} given (expected a mapping of proxy, cluster, deployment, namespaces)"]
+        )
     try:
         return Settings.model_validate(dict(data))
     except ValidationError as exc:

@@ -86,7 +86,9 @@ class Harness:
         return self.loop.run_until_complete(awaitable)
 
     def value(self, output: pulumi.Output[T]) -> T:
-        return self.run(output.future())  # type: ignore[arg-type]
+        value = self.run(output.future())
+        assert value is not None, "the output is unknown (preview)"
+        return value
 
     def known(self, output: pulumi.Output[Any]) -> bool:
         return self.run(output.is_known())
@@ -132,5 +134,3 @@ def mocked() -> Iterator[Harness]:
 def mocked_preview() -> Iterator[Harness]:
     """A Pulumi program under mocks, as in `pulumi preview`: outputs missing from state are unknown."""
     yield from _harness(preview=True)
-
-

@@ -26,7 +26,11 @@ class ProxyValues:
 def env_pairs(values: ProxyValues) -> list[tuple[str, Any]]:
     """Name/value pairs, upper case first: wget and apt read only lower case, Go prefers upper case."""
     pairs: list[tuple[str, Any]] = []
-    for name, value in (("HTTP_PROXY", values.http_proxy), ("HTTPS_PROXY", values.https_proxy), ("NO_PROXY", values.no_proxy)):
+    for name, value in (
+        ("HTTP_PROXY", values.http_proxy),
+        ("HTTPS_PROXY", values.https_proxy),
+        ("NO_PROXY", values.no_proxy),
+    ):
         pairs += [(name, value), (name.lower(), value)]
     return pairs
 

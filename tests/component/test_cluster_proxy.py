@@ -99,7 +99,14 @@ def test_outputs(mocked: Harness) -> None:
     no_proxy = mocked.value(proxy.no_proxy)
     assert no_proxy.startswith("localhost,127.0.0.1,::1,k8s.internal,.k8s.internal,svc,.svc,")
     env = mocked.value(proxy.env)
-    assert [e["name"] for e in env] == ["HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "NO_PROXY", "no_proxy"]
+    assert [e["name"] for e in env] == [
+        "HTTP_PROXY",
+        "http_proxy",
+        "HTTPS_PROXY",
+        "https_proxy",
+        "NO_PROXY",
+        "no_proxy",
+    ]
     assert {e["value"] for e in env} == {url, no_proxy}
     assert not any(mocked.secret(o) for o in (proxy.http_proxy, proxy.https_proxy, proxy.no_proxy, proxy.env))
     config = mocked.one(CONFIG_MAP, "egress-proxy-config-default").inputs["data"]
@@ -164,14 +171,20 @@ def test_credentials_make_outputs_secret_and_no_configmap_carries_them(mocked: H
     for r in registered:
         if r.typ != SECRET:
             flat = repr(r.inputs)
-            assert "hunter2" not in flat and "upstream-s3cret" not in flat, f"{r.typ} {r.name} leaks a credential"
+            assert "hunter2" not in flat, f"{r.typ} {r.name} leaks the proxy password"
+            assert "upstream-s3cret" not in flat, f"{r.typ} {r.name} leaks the upstream password"
     assert [r.name for r in registered if r.typ == CONFIG_MAP] == []
     secrets = {r.name: r for r in registered if r.typ == SECRET}
     assert sorted(secrets) == ["egress-proxy-config-apps", "egress-proxy-config-default", "egress-tinyproxy-config"]
     for secret in secrets.values():
         assert holds_secret(secret.raw_inputs["stringData"])
-    assert secrets["egress-proxy-config-apps"].inputs["stringData"]["HTTPS_PROXY"] == "http://user:hunter2@proxy.corp:3128"
-    assert "Upstream http svc:upstream-s3cret@proxy.corp:3128" in secrets["egress-tinyproxy-config"].inputs["stringData"]["tinyproxy.conf"]
+    assert (
+        secrets["egress-proxy-config-apps"].inputs["stringData"]["HTTPS_PROXY"] == "http://user:hunter2@proxy.corp:3128"
+    )
+    assert (
+        "Upstream http svc:upstream-s3cret@proxy.corp:3128"
+        in secrets["egress-tinyproxy-config"].inputs["stringData"]["tinyproxy.conf"]
+    )
     ds = next(r for r in registered if r.typ == DAEMON_SET)
     assert not holds_secret(ds.raw_inputs["spec"]), "the DaemonSet spec must stay reviewable in previews"
     assert ds.inputs["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"] == "http-proxy-config"
@@ -180,7 +193,9 @@ def test_credentials_make_outputs_secret_and_no_configmap_carries_them(mocked: H
 def test_children_inherit_the_components_provider(mocked: Harness) -> None:
     provider = k8s.Provider("cluster", kubeconfig="apiVersion: v1\nkind: Config\n")
     ClusterProxy("egress", ClusterProxyArgs(settings=IPV6_ONLY), pulumi.ResourceOptions(providers=[provider]))
-    children = [r for r in mocked.settle() if r.typ.startswith("kubernetes:") and r.typ != "pulumi:providers:kubernetes"]
+    children = [
+        r for r in mocked.settle() if r.typ.startswith("kubernetes:") and r.typ != "pulumi:providers:kubernetes"
+    ]
     assert len(children) == 5
     assert all(r.provider is not None and "::cluster::" in r.provider for r in children)
 
@@ -193,7 +208,7 @@ def test_same_inputs_in_any_order_give_identical_resource_inputs(mocked: Harness
         rng.shuffle(copy)
         return copy
 
-    base = {
+    base: dict[str, Any] = {
         "cluster": {
             "podCidrs": ["10.244.0.0/16", "fd00:10:244::/56"],
             "serviceCidrs": ["10.96.0.0/12", "fd00:10:96::/108"],
@@ -208,7 +223,9 @@ def test_same_inputs_in_any_order_give_identical_resource_inputs(mocked: Harness
         settings = {
             "cluster": {k: shuffled(v) for k, v in base["cluster"].items()},
             "proxy": {"noProxy": shuffled(base["proxy"]["noProxy"])},
-            "deployment": {"connectPorts": [int(p) for p in shuffled([str(p) for p in base["deployment"]["connectPorts"]])]},
+            "deployment": {
+                "connectPorts": [int(p) for p in shuffled([str(p) for p in base["deployment"]["connectPorts"]])]
+            },
             "namespaces": shuffled(base["namespaces"]),
         }
         ClusterProxy(f"run{i}", ClusterProxyArgs(settings=settings))
@@ -228,7 +245,11 @@ def test_without_any_source_range_tinyproxy_would_refuse_everyone(mocked: Harnes
 
 
 def test_disabled_deployment_registers_only_the_consumers(mocked: Harness) -> None:
-    settings = {"deployment": {"enabled": False}, "proxy": {"httpProxy": "http://proxy.corp:3128"}, "namespaces": ["default"]}
+    settings = {
+        "deployment": {"enabled": False},
+        "proxy": {"httpProxy": "http://proxy.corp:3128"},
+        "namespaces": ["default"],
+    }
     proxy = ClusterProxy("egress", ClusterProxyArgs(settings=settings))
     assert mocked.value(proxy.proxy_url) == "http://proxy.corp:3128"
     assert sorted(r.name for r in mocked.settle()) == ["egress", "egress-proxy-config-default"]

@@ -100,7 +100,12 @@ def test_any_permutation_gives_byte_identical_output() -> None:
 
 
 def test_all_permutations_of_a_small_list() -> None:
-    small = [("10.0.0.0/8", Category.USER), ("10.1.0.0/16", Category.POD_NETWORK), (".a.b", Category.USER), ("x.a.b", Category.USER)]
+    small = [
+        ("10.0.0.0/8", Category.USER),
+        ("10.1.0.0/16", Category.POD_NETWORK),
+        (".a.b", Category.USER),
+        ("x.a.b", Category.USER),
+    ]
     outputs = {str(compose(_sources(list(p)))) for p in itertools.permutations(small)}
     assert outputs == {"a.b,.a.b,10.0.0.0/8"}
 
@@ -136,7 +141,13 @@ def test_exact_ips_are_kept_inside_cidrs_for_clients_without_cidr_support() -> N
 
 def test_hosts_under_a_listed_suffix_are_dropped() -> None:
     composed = compose(
-        _sources([(".cluster.local", Category.CLUSTER_DOMAIN), ("api.cluster.local", Category.API_SERVER), ("cluster.local", Category.USER)])
+        _sources(
+            [
+                (".cluster.local", Category.CLUSTER_DOMAIN),
+                ("api.cluster.local", Category.API_SERVER),
+                ("cluster.local", Category.USER),
+            ]
+        )
     )
     assert str(composed) == "cluster.local,.cluster.local"
 

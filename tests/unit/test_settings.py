@@ -46,10 +46,16 @@ def test_all_problems_are_reported_at_once() -> None:
 
 def test_camel_and_snake_case_keys_give_the_same_settings() -> None:
     camel = parse_settings(
-        {"cluster": {"dnsDomain": "k8s.internal", "podCidrs": ["10.244.0.0/16"]}, "deployment": {"serviceName": "egress"}}
+        {
+            "cluster": {"dnsDomain": "k8s.internal", "podCidrs": ["10.244.0.0/16"]},
+            "deployment": {"serviceName": "egress"},
+        }
     )
     snake = parse_settings(
-        {"cluster": {"dns_domain": "k8s.internal", "pod_cidrs": ["10.244.0.0/16"]}, "deployment": {"service_name": "egress"}}
+        {
+            "cluster": {"dns_domain": "k8s.internal", "pod_cidrs": ["10.244.0.0/16"]},
+            "deployment": {"service_name": "egress"},
+        }
     )
     assert camel == snake
     assert camel.in_cluster_url == "http://egress.kube-system.svc.k8s.internal:8888"
@@ -72,7 +78,12 @@ def test_cidrs_are_normalized_to_their_network() -> None:
 
 @pytest.mark.parametrize(
     ("cidrs", "family"),
-    [(["10.244.0.0/16"], "ipv4"), (["fd00:10::/56"], "ipv6"), (["fd00:10::/56", "10.244.0.0/16"], "dual"), ([], "ipv4")],
+    [
+        (["10.244.0.0/16"], "ipv4"),
+        (["fd00:10::/56"], "ipv6"),
+        (["fd00:10::/56", "10.244.0.0/16"], "dual"),
+        ([], "ipv4"),
+    ],
 )
 def test_ip_family_is_inferred_from_the_cidrs(cidrs: list[str], family: str) -> None:
     assert parse_settings({"cluster": {"serviceCidrs": cidrs}}).cluster.effective_ip_family == family
