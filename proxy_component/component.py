@@ -14,6 +14,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from .clients import compat_notes
 from .noproxy import NoProxy
 from .render import check_allow_sources, proxy_objects
 from .render.env import ProxyValues, env_vars, proxy_config_object
@@ -98,7 +99,7 @@ class ClusterProxy(pulumi.ComponentResource):
         self.resources = {}
 
         composed = self._compose(settings, network)
-        no_proxy = composed.apply(lambda c: str(c[0]))
+        no_proxy = composed.apply(lambda c: self._report(c[0]))
         secret = settings.has_credentials
         self.http_proxy = _maybe_secret(settings.http_proxy, secret)
         self.https_proxy = _maybe_secret(settings.https_proxy, secret)
@@ -133,6 +134,13 @@ class ClusterProxy(pulumi.ComponentResource):
                 "env": self.env,
             }
         )
+
+    def _report(self, composed: NoProxy) -> str:
+        """Say in the preview which clients break on, or ignore, parts of the list; return its value."""
+        for note in compat_notes(composed):
+            log = pulumi.log.warn if note.severity == "warning" else pulumi.log.info
+            log(f"NO_PROXY: {note.text}", resource=self)
+        return str(composed)
 
     @staticmethod
     def _compose(settings: Settings, network: ClusterNetwork | None) -> pulumi.Output[tuple[NoProxy, list[str]]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,6 +97,11 @@ class Harness:
     def secret(self, output: pulumi.Output[Any]) -> bool:
         return self.run(output.is_secret())
 
+    def logs(self, caplog: pytest.LogCaptureFixture) -> list[tuple[str, str]]:
+        """(level, message) of everything the program logged to the engine."""
+        self.settle()
+        return [(r.levelname, r.getMessage()) for r in caplog.records if r.name.startswith("pulumi-mocks-")]
+
     def settle(self) -> list[Registered]:
         self.run(wait_for_rpcs())
         return self.mocks.registered
@@ -113,7 +119,9 @@ def _harness(preview: bool) -> Iterator[Harness]:
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     mocks = RecordingMocks()
-    pulumi.runtime.set_mocks(mocks, project="proxy-component", stack="test", preview=preview)
+    logger = logging.getLogger(f"pulumi-mocks-{id(mocks)}")
+    logger.setLevel(logging.DEBUG)
+    pulumi.runtime.set_mocks(mocks, project="proxy-component", stack="test", preview=preview, logger=logger)
     try:
         yield Harness(loop, mocks)
     finally:

@@ -266,3 +266,16 @@ def test_the_config_digest_rolls_the_daemonset_only_when_the_config_changes(mock
     }
     assert digests["a-tinyproxy"] == digests["b-tinyproxy"]
     assert digests["a-tinyproxy"] != digests["c-tinyproxy"]
+
+
+def test_the_preview_says_which_clients_break_on_the_list(mocked: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO")
+    settings = {**IPV6_ONLY, "proxy": {"noProxy": ["fd00::/8"], "httpProxy": "http://user:hunter2@proxy.corp:3128"}}
+    ClusterProxy("egress", ClusterProxyArgs(settings=settings))
+    logs = mocked.logs(caplog)
+    warnings = [m for level, m in logs if level == "WARNING"]
+    assert len(warnings) == 1
+    assert warnings[0].startswith("NO_PROXY: IPv6 CIDRs (fd00::/8) are matched only by Go")
+    assert "httpx raises InvalidURL" in warnings[0]
+    assert any(level == "INFO" and "IPv4 CIDRs (10.0.0.0/8)" in m for level, m in logs)
+    assert not any("hunter2" in m for _, m in logs)

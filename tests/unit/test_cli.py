@@ -1,0 +1,119 @@
+"""The proxy-component command: render, no-proxy, explain; invalid input exits 2 and writes nothing."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from proxy_component.cli import main
+from tests.conftest import ROOT
+
+EXAMPLE = ROOT / "examples/ipv6-only/proxy.yaml"
+
+
+def test_render_emits_a_yaml_stream_of_the_proxy_and_the_consumers(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["render", str(EXAMPLE)]) == 0
+    docs = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert [(d["kind"], d["metadata"]["namespace"], d["metadata"]["name"]) for d in docs] == [
+        ("ConfigMap", "kube-system", "http-proxy-config"),
+        ("DaemonSet", "kube-system", "http-proxy"),
+        ("Service", "kube-system", "http-proxy"),
+        ("ConfigMap", "default", "proxy-config"),
+    ]
+    assert docs[3]["data"]["HTTPS_PROXY"] == "http://http-proxy.kube-system.svc.k8s.internal:8888"
+
+
+def test_render_without_config_uses_the_embedded_example(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["render"]) == 0
+    embedded = capsys.readouterr()
+    assert "using the embedded example" in embedded.err
+    assert main(["render", str(EXAMPLE)]) == 0
+    assert capsys.readouterr().out == embedded.out
+
+
+def test_render_to_a_directory_writes_one_file_per_object(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert main(["render", str(EXAMPLE), "-o", str(out)]) == 0
+    files = sorted(p.name for p in out.iterdir())
+    assert files == [
+        "000-configmap-kube-system-http-proxy-config.yaml",
+        "001-daemonset-kube-system-http-proxy.yaml",
+        "002-service-kube-system-http-proxy.yaml",
+        "003-configmap-default-proxy-config.yaml",
+    ]
+    for name in files:
+        assert len(list(yaml.safe_load_all((out / name).read_text()))) == 1
+
+
+def test_invalid_input_exits_2_with_the_message_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("cluster: {podCidrs: [10.0.0.0/8, 10.0.0.1/33]}\nnamespaces: [default]\n")
+    out = tmp_path / "out"
+    assert main(["render", str(bad), "-o", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert (
+        "cluster.podCidrs[1]: '10.0.0.1/33' is not a CIDR (expected e.g. 10.0.0.0/16 or fd00:10::/56)" in captured.err
+    )
+    assert not out.exists()
+    assert main(["no-proxy", str(bad)]) == 2
+
+
+def test_no_proxy_prints_the_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["no-proxy", str(EXAMPLE)]) == 0
+    line = capsys.readouterr().out
+    assert line.endswith("\n")
+    assert line.count("\n") == 1
+    seed = ".k8s.internal,.svc,localhost,127.0.0.1,10.0.0.0/8,fd00::/8"
+    assert set(seed.split(",")) <= set(line.strip().split(","))
+
+
+def test_explain_lists_origins_and_client_caveats(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", str(EXAMPLE)]) == 0
+    out = capsys.readouterr().out
+    assert "fd00::/8" in out
+    assert "covers fd00:10:244::/56 (cluster.podCidrs[0])" in out
+    assert "Python httpx raises InvalidURL" in out
+
+
+def test_explain_redacts_credentials(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("proxy: {httpProxy: 'http://user:hunter2@proxy.corp:3128'}\ncluster: {podCidrs: [10.0.0.0/16]}\n")
+    assert main(["explain", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert "http://user:***@proxy.corp:3128" in out
+    assert "hunter2" not in out
+
+
+def test_render_is_byte_identical_for_any_order_of_the_inputs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = yaml.safe_load(EXAMPLE.read_text())
+    data["namespaces"] = ["default", "apps", "monitoring"]
+    data["proxy"]["noProxy"] = ["fd00::/8", "registry.corp", ".corp.example", "172.16.0.0/12"]
+    outputs = set()
+    rng = random.Random(11)
+    for i in range(5):
+        for key in ("podCidrs", "nodeCidrs"):
+            rng.shuffle(data["cluster"][key])
+        rng.shuffle(data["proxy"]["noProxy"])
+        rng.shuffle(data["namespaces"])
+        path = tmp_path / f"c{i}.yaml"
+        path.write_text(yaml.safe_dump(data))
+        assert main(["render", str(path)]) == 0
+        outputs.add(capsys.readouterr().out)
+    assert len(outputs) == 1
+
+
+def test_the_console_script_is_installed() -> None:
+    script = Path(sys.executable).parent / "proxy-component"
+    result = subprocess.run([str(script), "no-proxy", str(EXAMPLE)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("localhost,127.0.0.1,::1,k8s.internal,.k8s.internal,svc,.svc,")
