@@ -205,6 +205,17 @@ class UpstreamSettings(_Model):
             raise ValueError(
                 f"proxy.upstream.url: {_redact(self.url)!r} must use http:// (tinyproxy reaches upstreams over plain HTTP)"
             )
+        if parts.hostname and ":" in parts.hostname:
+            raise ValueError(
+                f"proxy.upstream.url: {_redact(self.url)!r} has an IPv6 host, which tinyproxy 1.11's Upstream cannot "
+                "parse (expected a host name or an IPv4 address)"
+            )
+        for i, raw in enumerate(self.no_upstream):
+            if parse_entry(raw).port is not None:
+                raise ValueError(
+                    f"proxy.upstream.noUpstream[{i}]: {raw!r} has a port, but tinyproxy's Upstream none matches "
+                    "hosts only (expected the host, suffix, IP or CIDR alone)"
+                )
         if parts.username is not None and self.username is not None:
             raise ValueError("proxy.upstream: give the credentials either in url or in username/password, not both")
         user = self.username if self.username is not None else unquote(parts.username or "")
@@ -233,8 +244,7 @@ class UpstreamSettings(_Model):
     @property
     def endpoint(self) -> tuple[str, int]:
         parts = urlsplit(self.url)
-        host = parts.hostname or ""
-        return (f"[{host}]" if ":" in host else host, parts.port or 80)
+        return (parts.hostname or "", parts.port or 80)
 
 
 class ProxySettings(_Model):

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..noproxy import Kind, parse_entry
-from ..settings import Settings, SettingsError
+from ..settings import Settings
 
 __all__ = [
     "APP_LABEL",
@@ -76,13 +76,6 @@ def tinyproxy_conf(settings: Settings, allow: Sequence[str]) -> str:
     upstream = settings.proxy.upstream
     if upstream is not None:
         host, port = upstream.endpoint
-        if host.startswith("["):
-            raise SettingsError(
-                [
-                    f"proxy.upstream.url: host {host} is an IPv6 address, which tinyproxy 1.11's Upstream cannot "
-                    "parse: tinyproxy would exit with a syntax error (expected a host name or an IPv4 address)"
-                ]
-            )
         creds = upstream.credentials
         userinfo = f"{creds[0]}:{creds[1]}@" if creds else ""
         lines += ["", "# Chain to the corporate proxy, except for these destinations."]
@@ -98,18 +91,11 @@ def _no_upstream_specs(entries: Sequence[str]) -> list[str]:
     `.example.com` only below the domain (not example.com itself), an IP or CIDR
     numerically (IPv6 unbracketed). It drops a spec with a port or brackets with a
     warning. So a suffix becomes both the domain and `.domain`, brackets and a
-    trailing dot go, and a port is refused.
+    trailing dot go; the settings refuse a port.
     """
     specs: set[str] = set()
-    for i, raw in enumerate(entries):
+    for raw in entries:
         entry = parse_entry(raw)
-        if entry.port is not None:
-            raise SettingsError(
-                [
-                    f"proxy.upstream.noUpstream[{i}]: {raw!r} has a port, but tinyproxy's Upstream none matches "
-                    "hosts only (expected the host, suffix, IP or CIDR alone)"
-                ]
-            )
         name = entry.value.rstrip(".")
         specs.add(name)
         if entry.kind is Kind.SUFFIX:
