@@ -489,10 +489,12 @@ class ImportRow:
     wall_median_ms: float
     wall_min_ms: float
     over_pass_ms: float | None
+    no_shutdown_median_ms: float | None  # the same statement followed by os._exit(0): start-up and import only
     importtime_ms: float | None  # -X importtime cumulative of the proxy_component rows
     modules: int | None
     cloud_sdks: list[str] | None
     heaviest: list[tuple[str, float]] = field(default_factory=list)  # (root package, self ms summed)
+    notable: dict[str, float] = field(default_factory=dict)  # -X importtime cumulative ms of NOTABLE_MODULES
     error: str | None = None
 
 
@@ -512,11 +514,28 @@ def _wall_ms(code: str, reps: int) -> list[float]:
     return samples
 
 
-def _importtime(statement: str) -> tuple[float | None, list[tuple[str, float]]]:
+NOTABLE_MODULES = (
+    "proxy_component.noproxy",
+    "proxy_component.settings",
+    "pydantic",
+    "yaml",
+    "pulumi",
+    "grpc",
+    "google.protobuf",
+    "opentelemetry",
+    "pulumi_kubernetes",
+    "pulumi_kubernetes.core.v1._inputs",  # the lazily loaded core.v1/apps.v1 packages get no row of their own,
+    "pulumi_kubernetes.core.v1.outputs",  # so their big generated modules stand for them
+    "pulumi_kubernetes.apps.v1._inputs",
+)
+
+
+def _importtime(statement: str) -> tuple[float | None, list[tuple[str, float]], dict[str, float]]:
     proc = _python(statement, "-X", "importtime")
     own = 0.0
     found = False
     by_root: dict[str, float] = {}
+    notable: dict[str, float] = {}
     for line in proc.stderr.splitlines():
         match = _IMPORTTIME.match(line)
         if match is None:
@@ -526,10 +545,12 @@ def _importtime(statement: str) -> tuple[float | None, list[tuple[str, float]]]:
         if len(indent) <= 1 and root == "proxy_component":
             own += cumulative_us / 1000
             found = True
+        if name in NOTABLE_MODULES and name not in notable:
+            notable[name] = round(cumulative_us / 1000, 1)
         key = "(stdlib)" if root in sys.stdlib_module_names or root.startswith("_") else root
         by_root[key] = by_root.get(key, 0.0) + self_us / 1000
     heaviest = sorted(by_root.items(), key=lambda kv: kv[1], reverse=True)[:10]
-    return (own if found else None), [(k, round(v, 1)) for k, v in heaviest]
+    return (own if found else None), [(k, round(v, 1)) for k, v in heaviest], notable
 
 
 _PROBE = (
@@ -547,26 +568,29 @@ def bench_imports(reps: int) -> list[ImportRow]:
         probe = _python(_PROBE.format(statement=statement, cloud=CLOUD_SDKS))
         if probe.returncode != 0:
             tail = (probe.stderr.strip().splitlines() or ["?"])[-1]
-            rows.append(ImportRow(statement, 0.0, 0.0, None, None, None, None, error=tail))
+            rows.append(ImportRow(statement, 0.0, 0.0, None, None, None, None, None, error=tail))
             continue
         facts = json.loads(probe.stdout.strip().splitlines()[-1])
         samples = _wall_ms(statement, reps)
         median = statistics.median(samples)
+        no_shutdown = statistics.median(_wall_ms(f"{statement}\nimport os\nos._exit(0)", reps))
         if statement == "pass":
             pass_median = median
-            importtime, heaviest = None, list[tuple[str, float]]()
+            importtime, heaviest, notable = None, list[tuple[str, float]](), dict[str, float]()
         else:
-            importtime, heaviest = _importtime(statement)
+            importtime, heaviest, notable = _importtime(statement)
         rows.append(
             ImportRow(
                 statement=statement,
                 wall_median_ms=median,
                 wall_min_ms=min(samples),
                 over_pass_ms=None if pass_median is None or statement == "pass" else median - pass_median,
+                no_shutdown_median_ms=no_shutdown,
                 importtime_ms=importtime,
                 modules=int(facts["modules"]),
                 cloud_sdks=[str(m) for m in facts["cloud"]],
                 heaviest=heaviest,
+                notable=notable,
             )
         )
     return rows
@@ -628,16 +652,18 @@ def markdown(
         out += [
             "### Imports (fresh interpreter, warm bytecode cache; wall = median/min of subprocess runs)",
             "",
-            "| statement | wall median ms | wall min ms | minus `pass` ms | -X importtime ms | modules | cloud SDKs in sys.modules |",
-            "|---|---:|---:|---:|---:|---:|---|",
+            "| statement | wall median ms | wall min ms | minus `pass` ms | median ms without shutdown (os._exit) "
+            "| -X importtime ms | modules | cloud SDKs in sys.modules |",
+            "|---|---:|---:|---:|---:|---:|---:|---|",
         ]
         for i in imports:
             if i.error is not None:
-                out.append(f"| `{i.statement}` | failed: {i.error} | | | | | |")
+                out.append(f"| `{i.statement}` | failed: {i.error} | | | | | | |")
                 continue
             clouds = ", ".join(i.cloud_sdks or []) or "none"
             out.append(
                 f"| `{i.statement}` | {i.wall_median_ms:.0f} | {i.wall_min_ms:.0f} | {_fmt(i.over_pass_ms, 0)} | "
+                f"{_fmt(i.no_shutdown_median_ms, 0)} | "
                 f"{_fmt(i.importtime_ms, 0)} | {i.modules} | {clouds} |"
             )
         for i in imports:
@@ -649,6 +675,14 @@ def markdown(
                 ]
                 out += ["| package | self ms |", "|---|---:|"]
                 out += [f"| {name} | {ms:.1f} |" for name, ms in i.heaviest]
+        timed = [i for i in imports if i.notable]
+        if timed:
+            out += ["", "Selected modules, -X importtime cumulative ms (blank: not imported):", ""]
+            out += ["| module | " + " | ".join(f"`{i.statement}`" for i in timed) + " |"]
+            out += ["|---|" + "---:|" * len(timed)]
+            for module in NOTABLE_MODULES:
+                cells = [_fmt(i.notable.get(module)) if module in i.notable else "" for i in timed]
+                out.append(f"| {module} | " + " | ".join(cells) + " |")
         out.append("")
     if profile is not None:
         out += [

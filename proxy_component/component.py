@@ -115,7 +115,7 @@ class ClusterProxy(pulumi.ComponentResource):
             conf = composed.apply(lambda c: tinyproxy_conf(settings, c[1]))
             if settings.proxy.upstream is not None and settings.proxy.upstream.credentials is not None:
                 conf = pulumi.Output.secret(conf)
-            digest = pulumi.Output.unsecret(conf.apply(config_digest))
+            digest = pulumi.Output.unsecret(conf.apply(lambda text: config_digest(settings, text)))
             config, daemonset, service = proxy_objects(settings, conf, digest)
             self.resources["config"] = self._create(f"{name}-tinyproxy-config", config)
             depends = pulumi.ResourceOptions(depends_on=[self.resources["config"]])

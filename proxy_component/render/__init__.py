@@ -46,7 +46,7 @@ def manifests(settings: Settings) -> list[Obj]:
     if settings.deployment.enabled:
         check_allow_sources(settings)
         conf = tinyproxy_conf(settings, settings.allowed_sources())
-        objects += proxy_objects(settings, conf, config_digest(conf))
+        objects += proxy_objects(settings, conf, config_digest(settings, conf))
     objects += proxy_config_objects(settings, plain_values(settings))
     return objects
 

@@ -1,0 +1,82 @@
+"""Pure builders: tinyproxy.conf, the config digest, env lists and proxy-config objects."""
+
+from __future__ import annotations
+
+import hashlib
+
+from proxy_component.render.env import ProxyValues, env_vars, proxy_config_object
+from proxy_component.render.proxy import config_digest, config_object, tinyproxy_conf
+from proxy_component.settings import parse_settings
+
+CLUSTER = {"podCidrs": ["10.244.0.0/16", "fd00:10:244::/56"], "nodeCidrs": ["192.168.0.0/24", "10.244.8.0/24"]}
+
+
+def test_allow_lists_only_loopback_and_the_cluster_ranges() -> None:
+    settings = parse_settings({"cluster": CLUSTER, "deployment": {"allowedSourceCidrs": ["172.31.0.0/16"]}})
+    conf = tinyproxy_conf(settings, settings.allowed_sources())
+    allow = [line.split()[1] for line in conf.splitlines() if line.startswith("Allow ")]
+    assert allow == ["10.244.0.0/16", "127.0.0.1", "172.31.0.0/16", "192.168.0.0/24", "::1", "fd00:10:244::/56"]
+    assert [line for line in conf.splitlines() if line.startswith("ConnectPort")] == ["ConnectPort 443"]
+    assert "Upstream" not in conf
+    assert "0.0.0.0/0" not in conf
+
+
+def test_upstream_with_exceptions_and_credentials() -> None:
+    settings = parse_settings(
+        {
+            "cluster": CLUSTER,
+            "proxy": {
+                "upstream": {
+                    "url": "http://proxy.corp:3128",
+                    "username": "svc",
+                    "password": "pw",
+                    "noUpstream": ["*.corp.example", "10.10.0.0/16", "[fd00::5]"],
+                }
+            },
+        }
+    )
+    conf = tinyproxy_conf(settings, settings.allowed_sources())
+    upstream = [line for line in conf.splitlines() if line.startswith("Upstream")]
+    assert upstream == [
+        'Upstream none ".corp.example"',
+        'Upstream none "10.10.0.0/16"',
+        'Upstream none "corp.example"',
+        'Upstream none "fd00::5"',
+        "Upstream http svc:pw@proxy.corp:3128",
+    ]
+    assert config_object(settings, conf)["kind"] == "Secret"
+
+
+def test_digest_is_scrypt_only_when_the_config_holds_credentials() -> None:
+    plain = parse_settings({"cluster": CLUSTER})
+    secret = parse_settings({"cluster": CLUSTER, "proxy": {"upstream": {"url": "http://u:p@proxy.corp:3128"}}})
+    conf = "Port 8888\n"
+    assert config_digest(plain, conf) == hashlib.sha256(conf.encode()).hexdigest()
+    scrypt = hashlib.scrypt(conf.encode(), salt=b"proxy-component/tinyproxy.conf", n=2**14, r=8, p=1, dklen=32)
+    assert config_digest(secret, conf) == scrypt.hex()
+
+
+def test_env_has_both_spellings_with_identical_values() -> None:
+    env = env_vars(ProxyValues("http://p:8888", "http://p:8443", "localhost"))
+    assert env == [
+        {"name": "HTTP_PROXY", "value": "http://p:8888"},
+        {"name": "http_proxy", "value": "http://p:8888"},
+        {"name": "HTTPS_PROXY", "value": "http://p:8443"},
+        {"name": "https_proxy", "value": "http://p:8443"},
+        {"name": "NO_PROXY", "value": "localhost"},
+        {"name": "no_proxy", "value": "localhost"},
+    ]
+
+
+def test_proxy_config_is_a_secret_when_the_urls_carry_credentials() -> None:
+    values = ProxyValues("http://u:pw@proxy.corp:3128", "http://u:pw@proxy.corp:3128", "localhost")
+    with_creds = parse_settings({"proxy": {"httpProxy": "http://u:pw@proxy.corp:3128"}, "cluster": CLUSTER})
+    without = parse_settings({"cluster": CLUSTER})
+    secret = proxy_config_object(with_creds, "apps", values)
+    assert (secret["kind"], secret["type"], secret["stringData"]["no_proxy"]) == ("Secret", "Opaque", "localhost")
+    config_map = proxy_config_object(without, "apps", ProxyValues("a", "b", "c"))
+    assert (config_map["kind"], config_map["metadata"]["name"], config_map["data"]["HTTPS_PROXY"]) == (
+        "ConfigMap",
+        "proxy-config",
+        "b",
+    )
