@@ -8,7 +8,7 @@ as Outputs and may be unknown at preview.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pulumi
@@ -18,8 +18,8 @@ from .clients import compat_notes
 from .noproxy import NoProxy
 from .render import check_allow_sources, proxy_objects
 from .render.env import ProxyValues, env_vars, proxy_config_object
-from .render.proxy import config_digest, tinyproxy_conf
-from .settings import NetworkValues, Settings, parse_settings
+from .render.proxy import config_digest, ip_family_fields, tinyproxy_conf
+from .settings import NETWORK_FIELDS, NetworkValues, Settings, SettingsError, parse_settings
 
 __all__ = ["ClusterNetwork", "ClusterProxy", "ClusterProxyArgs"]
 
@@ -41,9 +41,12 @@ _ARG_NAMES = {"metadata": "metadata", "data": "data", "stringData": "string_data
 class ClusterNetwork:
     """A cluster's network as Inputs, e.g. Outputs of an EKS/GKE/AKS cluster created in the same program.
 
-    Each field takes a list of strings or a single string, plain or as Inputs.
-    They add to the explicit `cluster.*` settings; `origin` names them in
-    `proxy-component explain`-style provenance and in error messages.
+    Each list field takes a list of strings or a single string, plain or as
+    Inputs. They add to the explicit `cluster.*` settings; `origin` names them
+    in provenance and in error messages. `cloud_entries` are the cloud's
+    metadata endpoints and DNS suffixes; `ip_family` (`ipv4`, `ipv6`, `dual`)
+    sets the Service's families unless `cluster.ipFamily` is set. The
+    `discovery` package builds these from cluster resources.
     """
 
     pod_cidrs: StrList = None
@@ -51,11 +54,24 @@ class ClusterNetwork:
     node_cidrs: StrList = None
     api_server_hosts: StrList = None
     api_server_ips: StrList = None
+    cloud_entries: StrList = None
+    ip_family: pulumi.Input[str] | None = None
     origin: str = "network"
+    origins: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def gives_allow_sources(self) -> bool:
         return self.pod_cidrs is not None or self.node_cidrs is not None
+
+    def override(self, origin: str = "override", **fields: Any) -> ClusterNetwork:
+        """A copy with some fields replaced by explicit values, which provenance names `origin`."""
+        unknown = sorted(set(fields) - set(NETWORK_FIELDS) - {"ip_family"})
+        if unknown:
+            raise TypeError(
+                f"ClusterNetwork.override: unknown fields {unknown} (accepted: {', '.join(NETWORK_FIELDS)}, ip_family)"
+            )
+        origins = {**self.origins, **{name: origin for name in fields}}
+        return replace(self, origins=origins, **fields)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,7 +132,7 @@ class ClusterProxy(pulumi.ComponentResource):
             if settings.proxy.upstream is not None and settings.proxy.upstream.credentials is not None:
                 conf = pulumi.Output.secret(conf)
             digest = pulumi.Output.unsecret(conf.apply(lambda text: config_digest(settings, text)))
-            config, daemonset, service = proxy_objects(settings, conf, digest)
+            config, daemonset, service = proxy_objects(settings, conf, digest, self._ip_fields(settings, network))
             self.resources["config"] = self._create(f"{name}-tinyproxy-config", config)
             depends = pulumi.ResourceOptions(depends_on=[self.resources["config"]])
             self.resources["daemonset"] = self._create(f"{name}-tinyproxy", daemonset, depends)
@@ -135,6 +151,25 @@ class ClusterProxy(pulumi.ComponentResource):
             }
         )
 
+    @staticmethod
+    def _ip_fields(settings: Settings, network: ClusterNetwork | None) -> dict[str, Any] | None:
+        """The Service's IP families from a discovered family, unless `cluster.ipFamily` is set explicitly."""
+        if settings.cluster.ip_family is not None or network is None or network.ip_family is None:
+            return None
+        where = f"{network.origins.get('ip_family', network.origin)}.ipFamily"
+
+        def fields(family: str) -> dict[str, Any]:
+            try:
+                return ip_family_fields(family)
+            except ValueError as exc:
+                raise SettingsError([f"{where}: {exc}"]) from None
+
+        family = pulumi.Output.from_input(network.ip_family)
+        return {
+            "ipFamilyPolicy": family.apply(lambda f: fields(f)["ipFamilyPolicy"]),
+            "ipFamilies": family.apply(lambda f: fields(f).get("ipFamilies")),
+        }
+
     def _report(self, composed: NoProxy) -> str:
         """Say in the preview which clients break on, or ignore, parts of the list; return its value."""
         for note in compat_notes(composed):
@@ -149,24 +184,14 @@ class ClusterProxy(pulumi.ComponentResource):
             return pulumi.Output.from_input((settings.no_proxy(), settings.allowed_sources()))
         origin = network.origin
 
+        origins = dict(network.origins)
+
         def resolve(v: dict[str, Any]) -> tuple[NoProxy, list[str]]:
-            values = NetworkValues(
-                origin=origin,
-                pod_cidrs=_as_list(v["pod"]),
-                service_cidrs=_as_list(v["service"]),
-                node_cidrs=_as_list(v["node"]),
-                api_server_hosts=_as_list(v["hosts"]),
-                api_server_ips=_as_list(v["ips"]),
-            )
+            lists = {name: _as_list(v[name]) for name in NETWORK_FIELDS}
+            values = NetworkValues(origin=origin, origins=origins, **lists)
             return settings.no_proxy(values), settings.allowed_sources(values)
 
-        return pulumi.Output.all(
-            pod=network.pod_cidrs,
-            service=network.service_cidrs,
-            node=network.node_cidrs,
-            hosts=network.api_server_hosts,
-            ips=network.api_server_ips,
-        ).apply(resolve)
+        return pulumi.Output.all(**{name: getattr(network, name) for name in NETWORK_FIELDS}).apply(resolve)
 
     def _create(
         self, logical_name: str, obj: Obj, extra: pulumi.ResourceOptions | None = None

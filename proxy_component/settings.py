@@ -11,7 +11,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 from urllib.parse import unquote, urlsplit
 
@@ -41,6 +41,7 @@ from .noproxy import (
 )
 
 __all__ = [
+    "NETWORK_FIELDS",
     "ClusterSettings",
     "DeploymentSettings",
     "NetworkValues",
@@ -351,9 +352,17 @@ class DeploymentSettings(_Model):
         return value
 
 
+NETWORK_FIELDS = ("service_cidrs", "pod_cidrs", "node_cidrs", "api_server_hosts", "api_server_ips", "cloud_entries")
+
+
 @dataclass(frozen=True)
 class NetworkValues:
-    """Network facts that arrive at run time (resolved Outputs of a cluster resource), with their origin."""
+    """Network facts that arrive at run time (resolved Outputs of a cluster resource), with their origin.
+
+    `origin` names where they came from (e.g. `eks:prod`); `origins` overrides it
+    per field, so that explicitly overridden parts say so in provenance.
+    `cloud_entries` are the cloud's metadata endpoints and internal DNS suffixes.
+    """
 
     origin: str = "network"
     pod_cidrs: Sequence[str] = ()
@@ -361,6 +370,11 @@ class NetworkValues:
     node_cidrs: Sequence[str] = ()
     api_server_hosts: Sequence[str] = ()
     api_server_ips: Sequence[str] = ()
+    cloud_entries: Sequence[str] = ()
+    origins: Mapping[str, str] = field(default_factory=dict)
+
+    def origin_of(self, name: str) -> str:
+        return f"{self.origins.get(name, self.origin)}.{to_camel(name)}"
 
 
 class Settings(_Model):
@@ -412,8 +426,8 @@ class Settings(_Model):
         c = self.cluster
         sources = [*loopback_sources(), *cluster_domain_sources(c.dns_domain)]
 
-        def add(category: Category, field: str, values: Sequence[str], origin: str = "cluster") -> None:
-            sources.extend(Source(v, category, f"{origin}.{field}[{i}]") for i, v in enumerate(values))
+        def add(category: Category, key: str, values: Sequence[str], origin: str = "cluster") -> None:
+            sources.extend(Source(v, category, f"{origin}.{key}[{i}]") for i, v in enumerate(values))
 
         add(Category.SERVICE_NETWORK, "serviceCidrs", c.service_cidrs)
         add(Category.POD_NETWORK, "podCidrs", c.pod_cidrs)
@@ -421,12 +435,20 @@ class Settings(_Model):
         add(Category.API_SERVER, "apiServerHosts", c.api_server_hosts)
         add(Category.API_SERVER, "apiServerIps", c.api_server_ips)
         if network is not None:
-            add(Category.SERVICE_NETWORK, "serviceCidrs", network.service_cidrs, network.origin)
-            add(Category.POD_NETWORK, "podCidrs", network.pod_cidrs, network.origin)
-            add(Category.NODE_NETWORK, "nodeCidrs", network.node_cidrs, network.origin)
-            hosts = [_api_host(h) for h in network.api_server_hosts]
-            add(Category.API_SERVER, "apiServerHosts", hosts, network.origin)
-            add(Category.API_SERVER, "apiServerIps", network.api_server_ips, network.origin)
+            categories = {
+                "service_cidrs": Category.SERVICE_NETWORK,
+                "pod_cidrs": Category.POD_NETWORK,
+                "node_cidrs": Category.NODE_NETWORK,
+                "api_server_hosts": Category.API_SERVER,
+                "api_server_ips": Category.API_SERVER,
+                "cloud_entries": Category.CLOUD_METADATA,
+            }
+            for name, category in categories.items():
+                values: Sequence[str] = getattr(network, name)
+                if name == "api_server_hosts":
+                    values = [_api_host(h) for h in values]
+                where = network.origin_of(name)
+                sources.extend(Source(v, category, f"{where}[{i}]") for i, v in enumerate(values))
         sources.extend(cloud_metadata_sources(c.cloud, c.region))
         add(Category.USER, "noProxy", self.proxy.no_proxy, "proxy")
         return sources
@@ -440,12 +462,12 @@ class Settings(_Model):
         raw = ["127.0.0.1/32", "::1/128", *self.cluster.pod_cidrs, *self.cluster.node_cidrs]
         raw += self.deployment.allowed_source_cidrs
         if network is not None:
-            for field, values in (("podCidrs", network.pod_cidrs), ("nodeCidrs", network.node_cidrs)):
-                for i, value in enumerate(values):
+            for name in ("pod_cidrs", "node_cidrs"):
+                for i, value in enumerate(getattr(network, name)):
                     try:
                         raw.append(_cidr(value))
                     except ValueError as exc:
-                        raise SettingsError([f"{network.origin}.{field}[{i}]: {exc}"]) from None
+                        raise SettingsError([f"{network.origin_of(name)}[{i}]: {exc}"]) from None
         v4 = ipaddress.collapse_addresses(n for n in map(ipaddress.ip_network, raw) if n.version == 4)
         v6 = ipaddress.collapse_addresses(n for n in map(ipaddress.ip_network, raw) if n.version == 6)
         nets: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = [*v4, *v6]

@@ -29,11 +29,11 @@ def check_allow_sources(settings: Settings, network_gives_sources: bool = False)
         )
 
 
-def proxy_objects(settings: Settings, conf: Any, digest: Any) -> list[Obj]:
+def proxy_objects(settings: Settings, conf: Any, digest: Any, ip_fields: Obj | None = None) -> list[Obj]:
     """The tinyproxy config object, the DaemonSet and the Service; empty when the deployment is disabled."""
     if not settings.deployment.enabled:
         return []
-    return [config_object(settings, conf), daemonset(settings, digest), service(settings)]
+    return [config_object(settings, conf), daemonset(settings, digest), service(settings, ip_fields)]
 
 
 def plain_values(settings: Settings, network: NetworkValues | None = None) -> ProxyValues:

@@ -21,6 +21,7 @@ __all__ = [
     "config_name",
     "config_object",
     "daemonset",
+    "ip_family_fields",
     "labels",
     "service",
     "tinyproxy_conf",
@@ -201,16 +202,27 @@ def daemonset(settings: Settings, digest: Any) -> Obj:
     }
 
 
-def service(settings: Settings) -> Obj:
-    """The `http-proxy` Service; its IP families follow the cluster's (IPv6 single-stack on an IPv6-only cluster)."""
-    d = settings.deployment
-    family = settings.cluster.effective_ip_family
-    ip: Obj
+def ip_family_fields(family: str) -> Obj:
+    """The Service's `ipFamilyPolicy`/`ipFamilies` for a cluster family (`ipv4`, `ipv6` or `dual`).
+
+    Dual-stack leaves `ipFamilies` unset, so the cluster's own primary family
+    comes first whatever order the CIDRs were given in.
+    """
     if family == "dual":
-        # No ipFamilies: the cluster's own primary family comes first, whatever order the CIDRs were given in.
-        ip = {"ipFamilyPolicy": "PreferDualStack"}
-    else:
-        ip = {"ipFamilyPolicy": "SingleStack", "ipFamilies": ["IPv6" if family == "ipv6" else "IPv4"]}
+        return {"ipFamilyPolicy": "PreferDualStack"}
+    if family in ("ipv4", "ipv6"):
+        return {"ipFamilyPolicy": "SingleStack", "ipFamilies": ["IPv6" if family == "ipv6" else "IPv4"]}
+    raise ValueError(f"ip family {family!r} is not one of ipv4, ipv6, dual")
+
+
+def service(settings: Settings, ip_fields: Obj | None = None) -> Obj:
+    """The `http-proxy` Service; its IP families follow the cluster's (IPv6 single-stack on an IPv6-only cluster).
+
+    `ip_fields` replaces the families derived from the settings, e.g. with
+    Outputs of a discovered cluster.
+    """
+    d = settings.deployment
+    ip = ip_fields if ip_fields is not None else ip_family_fields(settings.cluster.effective_ip_family)
     return {
         "apiVersion": "v1",
         "kind": "Service",

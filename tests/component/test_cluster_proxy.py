@@ -279,3 +279,44 @@ def test_the_preview_says_which_clients_break_on_the_list(mocked: Harness, caplo
     assert "httpx raises InvalidURL" in warnings[0]
     assert any(level == "INFO" and "IPv4 CIDRs (10.0.0.0/8)" in m for level, m in logs)
     assert not any("hunter2" in m for _, m in logs)
+
+
+def test_overridden_network_fields_say_so_in_provenance(mocked: Harness) -> None:
+    from proxy_component.settings import NetworkValues, parse_settings
+
+    discovered = ClusterNetwork(pod_cidrs=["10.244.0.0/16"], service_cidrs=["172.20.0.0/16"], origin="eks:prod")
+    network = discovered.override(service_cidrs=["10.100.0.0/16"], origin="explicit")
+    assert network.origins == {"service_cidrs": "explicit"}
+    values = NetworkValues(
+        origin=network.origin, origins=network.origins, pod_cidrs=["10.244.0.0/16"], service_cidrs=["10.100.0.0/16"]
+    )
+    origins = {e.value: e.origins for e in parse_settings({}).no_proxy(values).entries}
+    assert origins["10.100.0.0/16"] == ("explicit.serviceCidrs[0]",)
+    assert origins["10.244.0.0/16"] == ("eks:prod.podCidrs[0]",)
+    proxy = ClusterProxy("egress", ClusterProxyArgs(settings={}, network=network))
+    no_proxy = mocked.value(proxy.no_proxy)
+    assert "10.100.0.0/16" in no_proxy
+    assert "172.20.0.0/16" not in no_proxy
+    with pytest.raises(TypeError, match=r"unknown fields \['pod_cidr'\]"):
+        discovered.override(pod_cidr=["x"])
+
+
+def test_a_discovered_ip_family_and_cloud_entries_reach_the_service_and_no_proxy(mocked: Harness) -> None:
+    network = ClusterNetwork(
+        pod_cidrs=pulumi.Output.from_input(["2600:1f14::/56"]),
+        cloud_entries=["169.254.169.254", "fd00:ec2::254"],
+        ip_family=pulumi.Output.from_input("ipv6"),
+        origin="eks",
+    )
+    proxy = ClusterProxy("egress", ClusterProxyArgs(settings={}, network=network))
+    assert mocked.value(proxy.no_proxy).endswith("2600:1f14::/56,169.254.169.254,fd00:ec2::254")
+    spec = mocked.one(SERVICE, "egress-service").inputs["spec"]
+    assert (spec["ipFamilyPolicy"], spec["ipFamilies"]) == ("SingleStack", ["IPv6"])
+
+
+def test_an_explicit_ip_family_wins_over_the_discovered_one(mocked: Harness) -> None:
+    network = ClusterNetwork(pod_cidrs=["10.244.0.0/16"], ip_family="ipv6")
+    ClusterProxy("egress", ClusterProxyArgs(settings={"cluster": {"ipFamily": "dual"}}, network=network))
+    spec = mocked.one(SERVICE, "egress-service").inputs["spec"]
+    assert spec["ipFamilyPolicy"] == "PreferDualStack"
+    assert "ipFamilies" not in spec
