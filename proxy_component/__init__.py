@@ -33,7 +33,7 @@ __all__ = [
     "parse_settings",
 ]
 
-_LAZY = {"ClusterProxy": "component", "ClusterProxyArgs": "component", "ClusterNetwork": "component"}
+_LAZY = {"ClusterProxy": "component", "ClusterProxyArgs": "component", "ClusterNetwork": "discovery.network"}
 
 
 def __getattr__(name: str) -> Any:

@@ -7,14 +7,15 @@ as Outputs and may be unknown at preview.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from .clients import compat_notes
+from .discovery.network import ClusterNetwork
 from .noproxy import NoProxy
 from .render import check_allow_sources, proxy_objects
 from .render.env import ProxyValues, env_vars, proxy_config_object
@@ -26,7 +27,6 @@ __all__ = ["ClusterNetwork", "ClusterProxy", "ClusterProxyArgs"]
 TYPE_TOKEN = "proxy-component:index:ClusterProxy"
 
 Obj = dict[str, Any]
-StrList = pulumi.Input[Sequence[pulumi.Input[str]]] | pulumi.Input[str] | None
 
 _RESOURCE_CLASSES: dict[tuple[str, str], Any] = {
     ("v1", "ConfigMap"): k8s.core.v1.ConfigMap,
@@ -35,43 +35,6 @@ _RESOURCE_CLASSES: dict[tuple[str, str], Any] = {
     ("apps/v1", "DaemonSet"): k8s.apps.v1.DaemonSet,
 }
 _ARG_NAMES = {"metadata": "metadata", "data": "data", "stringData": "string_data", "type": "type", "spec": "spec"}
-
-
-@dataclass(frozen=True, kw_only=True)
-class ClusterNetwork:
-    """A cluster's network as Inputs, e.g. Outputs of an EKS/GKE/AKS cluster created in the same program.
-
-    Each list field takes a list of strings or a single string, plain or as
-    Inputs. They add to the explicit `cluster.*` settings; `origin` names them
-    in provenance and in error messages. `cloud_entries` are the cloud's
-    metadata endpoints and DNS suffixes; `ip_family` (`ipv4`, `ipv6`, `dual`)
-    sets the Service's families unless `cluster.ipFamily` is set. The
-    `discovery` package builds these from cluster resources.
-    """
-
-    pod_cidrs: StrList = None
-    service_cidrs: StrList = None
-    node_cidrs: StrList = None
-    api_server_hosts: StrList = None
-    api_server_ips: StrList = None
-    cloud_entries: StrList = None
-    ip_family: pulumi.Input[str] | None = None
-    origin: str = "network"
-    origins: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def gives_allow_sources(self) -> bool:
-        return self.pod_cidrs is not None or self.node_cidrs is not None
-
-    def override(self, origin: str = "override", **fields: Any) -> ClusterNetwork:
-        """A copy with some fields replaced by explicit values, which provenance names `origin`."""
-        unknown = sorted(set(fields) - set(NETWORK_FIELDS) - {"ip_family"})
-        if unknown:
-            raise TypeError(
-                f"ClusterNetwork.override: unknown fields {unknown} (accepted: {', '.join(NETWORK_FIELDS)}, ip_family)"
-            )
-        origins = {**self.origins, **{name: origin for name in fields}}
-        return replace(self, origins=origins, **fields)
 
 
 @dataclass(frozen=True, kw_only=True)
