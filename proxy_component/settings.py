@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 import yaml
 from pydantic import (
@@ -42,8 +42,11 @@ from .noproxy import (
 
 __all__ = [
     "NETWORK_FIELDS",
+    "CapiSettings",
     "ClusterSettings",
     "DeploymentSettings",
+    "HelmValuesSecret",
+    "InjectionSettings",
     "NetworkValues",
     "ProxySettings",
     "Resources",
@@ -243,6 +246,17 @@ class UpstreamSettings(_Model):
         return None
 
     @property
+    def url_with_credentials(self) -> str:
+        """The upstream URL with userinfo, for node services that talk to it directly."""
+        creds = self.credentials
+        if creds is None:
+            return self.url
+        parts = urlsplit(self.url)
+        host = parts.netloc.rpartition("@")[2]
+        user, password = (quote(c, safe="") for c in creds)
+        return parts._replace(netloc=f"{user}:{password}@{host}").geturl()
+
+    @property
     def endpoint(self) -> tuple[str, int]:
         parts = urlsplit(self.url)
         return (parts.hostname or "", parts.port or 80)
@@ -255,6 +269,10 @@ class ProxySettings(_Model):
     https_proxy: ProxyUrl | None = Field(default=None, description="Defaults to httpProxy.")
     no_proxy: list[NoProxyEntry] = Field(default_factory=list, description="Entries added after the cluster's own.")
     upstream: UpstreamSettings | None = None
+    node_http_proxy: ProxyUrl | None = Field(
+        default=None, description="What node services (containerd, kubelet) use; default: httpProxy, else the upstream."
+    )
+    node_https_proxy: ProxyUrl | None = Field(default=None, description="Default: nodeHttpProxy.")
 
 
 IpFamily = Literal["ipv4", "ipv6", "dual"]
@@ -355,6 +373,57 @@ class DeploymentSettings(_Model):
 NETWORK_FIELDS = ("service_cidrs", "pod_cidrs", "node_cidrs", "api_server_hosts", "api_server_ips", "cloud_entries")
 
 
+_ANNOTATION_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+
+
+def _annotation_key(value: str) -> str:
+    if not _ANNOTATION_KEY.match(value):
+        raise ValueError(f"{value!r} is not an annotation key (expected e.g. proxy-component.io/inject)")
+    return value
+
+
+class InjectionSettings(_Model):
+    """Which workloads get the proxy env from the Kyverno policy and the Pulumi stack transform."""
+
+    exclude_namespaces: list[DnsLabel] = Field(default_factory=lambda: ["kube-system"])
+    opt_out_annotation: Annotated[str, AfterValidator(_annotation_key)] = Field(
+        default="proxy-component.io/inject",
+        description='A workload or pod with this annotation set to "false" is skipped.',
+    )
+    kyverno: bool = Field(default=False, description="Create the Kyverno ClusterPolicy that injects the env into pods.")
+
+    @field_validator("exclude_namespaces")
+    @classmethod
+    def _sorted(cls, value: list[str]) -> list[str]:
+        return sorted(set(value))
+
+
+class CapiSettings(_Model):
+    """Cluster API: the Secrets a management cluster needs so machines boot with the proxy."""
+
+    enabled: bool = False
+    namespace: DnsLabel = Field(
+        default="default", description="Namespace of the Cluster object in the management cluster."
+    )
+    export_to_kubeadm: bool = Field(
+        default=False,
+        description="Also export the proxy variables before kubeadm runs, so static pods get them (with the full NO_PROXY).",
+    )
+    tkg_addons: bool = Field(
+        default=False, description="TKG-style addon value Secrets for vSphere CPI, CSI and kapp-controller."
+    )
+
+
+class HelmValuesSecret(_Model):
+    """A Secret with key `values.yaml` holding one profile's values, for Flux `valuesFrom` or app platforms."""
+
+    profile: str
+    namespace: DnsLabel
+    name: DnsLabel | None = Field(default=None, description="Default: <profile>-proxy-values.")
+
+
 @dataclass(frozen=True)
 class NetworkValues:
     """Network facts that arrive at run time (resolved Outputs of a cluster resource), with their origin.
@@ -386,6 +455,9 @@ class Settings(_Model):
     namespaces: list[DnsLabel] = Field(
         default_factory=list, description="Namespaces that get a proxy-config ConfigMap."
     )
+    injection: InjectionSettings = Field(default_factory=InjectionSettings)
+    capi: CapiSettings = Field(default_factory=CapiSettings)
+    helm_values_secrets: list[HelmValuesSecret] = Field(default_factory=list)
 
     @field_validator("namespaces")
     @classmethod
@@ -394,6 +466,16 @@ class Settings(_Model):
 
     @model_validator(mode="after")
     def _check(self) -> Settings:
+        if self.capi.enabled and self.cluster.name is None:
+            raise ValueError(
+                "cluster.name: required when capi.enabled is true (expected the Cluster API cluster's name)"
+            )
+        if self.capi.enabled and self.node_http_proxy is None:
+            raise ValueError(
+                "proxy.nodeHttpProxy: required when capi.enabled is true and neither proxy.httpProxy nor "
+                "proxy.upstream.url is set: nodes cannot resolve the in-cluster Service name "
+                "(expected a proxy URL that nodes reach, e.g. http://proxy.corp:3128)"
+            )
         if not self.deployment.enabled and self.proxy.http_proxy is None:
             raise ValueError(
                 "proxy.httpProxy: required when deployment.enabled is false (expected the URL of the proxy pods should use)"
@@ -415,6 +497,23 @@ class Settings(_Model):
     @property
     def https_proxy(self) -> str:
         return self.proxy.https_proxy or self.http_proxy
+
+    @property
+    def node_http_proxy(self) -> str | None:
+        """The proxy node services use: nodeHttpProxy, else an explicit httpProxy, else the upstream (never the Service)."""
+        p = self.proxy
+        return p.node_http_proxy or p.http_proxy or (p.upstream.url_with_credentials if p.upstream else None)
+
+    @property
+    def node_https_proxy(self) -> str | None:
+        p = self.proxy
+        return p.node_https_proxy or p.node_http_proxy or p.https_proxy or self.node_http_proxy
+
+    @property
+    def nodes_have_credentials(self) -> bool:
+        return any(
+            u is not None and urlsplit(u).username is not None for u in (self.node_http_proxy, self.node_https_proxy)
+        )
 
     @property
     def has_credentials(self) -> bool:
