@@ -5,15 +5,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pulumi
 import pytest
+from pulumi.runtime import rpc
 from pulumi.runtime.settings import reset_options
 from pulumi.runtime.stack import wait_for_rpcs
+from pulumi.runtime.sync_await import _sync_await
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET_SIG = "4dabf18193072939515e22adb298388d"
@@ -64,10 +66,29 @@ class RecordingMocks(pulumi.runtime.Mocks):
     state: dict[str, dict[str, Any]] = field(default_factory=dict)
     registered: list[Registered] = field(default_factory=list)
     invoked: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    transforms: list[Any] = field(default_factory=list)
+
+    def register_transform(self, transform: Any) -> None:
+        """Keep stack transforms: the mock monitor does not run them, `new_resource` does, as the engine would."""
+        self.transforms.append(transform)
+
+    def _transformed(self, args: pulumi.runtime.MockResourceArgs) -> dict[str, Any]:
+        props = dict(args.inputs)
+        for transform in self.transforms:
+            targs = pulumi.ResourceTransformArgs(
+                custom=bool(args.custom), type_=args.typ, name=args.name, props=props, opts=pulumi.ResourceOptions()
+            )
+            result = transform(targs)
+            if result is not None:
+                # The engine serializes what a transform returns: Outputs inside it resolve here too.
+                wire = _sync_await(rpc.serialize_properties(result.props, {}))
+                props = dict(rpc.deserialize_properties(wire))
+        return props
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict[Any, Any]]:
-        self.registered.append(Registered(args.typ, args.name, dict(args.inputs), args.provider))
-        return f"{args.name}-id", {**args.inputs, **self.state.get(args.typ, {})}
+        inputs = self._transformed(args) if self.transforms else dict(args.inputs)
+        self.registered.append(Registered(args.typ, args.name, inputs, args.provider))
+        return f"{args.name}-id", {**inputs, **self.state.get(args.typ, {})}
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[Any, Any], list[tuple[str, str]] | None]:
         self.invoked.append((args.token, dict(args.args)))
@@ -85,6 +106,14 @@ class Harness:
 
     def run(self, awaitable: Awaitable[T]) -> T:
         return self.loop.run_until_complete(awaitable)
+
+    def program(self, body: Callable[[], T]) -> T:
+        """Run `body` inside the event loop, as the Pulumi language host runs a program."""
+
+        async def run() -> T:
+            return body()
+
+        return self.run(run())
 
     def value(self, output: pulumi.Output[T]) -> T:
         value = self.run(output.future())

@@ -7,7 +7,41 @@ from typing import Any
 
 from ..settings import Settings
 
-__all__ = ["CONFIG_NAME", "ProxyValues", "env_pairs", "env_vars", "proxy_config_object", "proxy_config_objects"]
+__all__ = [
+    "CONFIG_NAME",
+    "ENV_NAMES",
+    "WORKLOAD_KINDS",
+    "ProxyValues",
+    "env_pairs",
+    "env_vars",
+    "env_vars_from_secret",
+    "pod_env",
+    "proxy_config_object",
+    "proxy_config_objects",
+    "workload_kind",
+]
+
+ENV_NAMES = ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "NO_PROXY", "no_proxy")
+
+# Workload kinds that carry a pod template: apiVersion and the path from the object to its pod spec.
+WORKLOAD_KINDS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "Deployment": ("apps/v1", ("spec", "template", "spec")),
+    "StatefulSet": ("apps/v1", ("spec", "template", "spec")),
+    "DaemonSet": ("apps/v1", ("spec", "template", "spec")),
+    "ReplicaSet": ("apps/v1", ("spec", "template", "spec")),
+    "Job": ("batch/v1", ("spec", "template", "spec")),
+    "CronJob": ("batch/v1", ("spec", "jobTemplate", "spec", "template", "spec")),
+    "Pod": ("v1", ("spec",)),
+}
+
+
+def workload_kind(kind: str) -> tuple[str, tuple[str, ...]]:
+    """The apiVersion and pod-spec path of a workload kind, or a ValueError naming the accepted kinds."""
+    try:
+        return WORKLOAD_KINDS[kind]
+    except KeyError:
+        raise ValueError(f"kind {kind!r} has no pod template (expected one of {', '.join(WORKLOAD_KINDS)})") from None
+
 
 Obj = dict[str, Any]
 
@@ -38,6 +72,16 @@ def env_pairs(values: ProxyValues) -> list[tuple[str, Any]]:
 def env_vars(values: ProxyValues) -> list[Obj]:
     """A container `env` list with both spellings of the three variables and identical values."""
     return [{"name": name, "value": value} for name, value in env_pairs(values)]
+
+
+def env_vars_from_secret(secret_name: str = CONFIG_NAME) -> list[Obj]:
+    """The env list read from the namespace's `proxy-config` Secret, for when the URLs carry credentials."""
+    return [{"name": name, "valueFrom": {"secretKeyRef": {"name": secret_name, "key": name}}} for name in ENV_NAMES]
+
+
+def pod_env(settings: Settings, values: ProxyValues) -> list[Obj]:
+    """The env to put into a workload: literals, or `secretKeyRef`s when the URLs carry credentials."""
+    return env_vars_from_secret() if settings.has_credentials else env_vars(values)
 
 
 def proxy_config_object(settings: Settings, namespace: str, values: ProxyValues) -> Obj:

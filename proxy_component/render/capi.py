@@ -1,0 +1,158 @@
+"""Cluster API: systemd drop-ins for containerd and kubelet, kubeadm files and commands, and value Secrets.
+
+What control-plane static pods receive is a deliberate choice (kubernetes/kubeadm#324):
+kubeadm copies every exported `*_proxy` variable of its own environment into
+the static pod manifests, and an API server that proxies its calls to
+webhooks breaks. So by default the variables are only in the containerd and
+kubelet units' drop-ins, which kubeadm does not read, and static pods get no
+proxy at all. With `capi.exportToKubeadm`, `preKubeadmCommands` export them
+too, always with the complete NO_PROXY, for kubeadm's own downloads
+(kubernetes/kubeadm#2765); the static pods then carry that complete list.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from ..settings import Settings
+from .env import ProxyValues, env_pairs
+
+__all__ = [
+    "CONTAINERD_DROPIN",
+    "KUBELET_DROPIN",
+    "cluster_values_secret",
+    "kubeadm_config_spec",
+    "kubeadm_config_template_patch",
+    "kubeadm_control_plane_patch",
+    "systemd_dropin",
+    "systemd_proxy_secret",
+    "tkg_addon_secrets",
+]
+
+Obj = dict[str, Any]
+
+CONTAINERD_DROPIN = "/etc/systemd/system/containerd.service.d/http-proxy.conf"
+KUBELET_DROPIN = "/etc/systemd/system/kubelet.service.d/http-proxy.conf"
+_KEYS = {CONTAINERD_DROPIN: "containerdProxy", KUBELET_DROPIN: "kubeletProxy"}
+
+
+def _systemd_quote(value: str) -> str:
+    """A value inside Environment="..."; `%` starts a specifier in unit files, so it is doubled."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
+
+
+def systemd_dropin(values: ProxyValues) -> str:
+    """`[Service]` and one `Environment="NAME=value"` line per variable and spelling (plain strings only)."""
+    lines = ["[Service]"]
+    lines += [f'Environment="{name}={_systemd_quote(str(value))}"' for name, value in env_pairs(values)]
+    return "\n".join(lines) + "\n"
+
+
+def _metadata(settings: Settings, name: str) -> Obj:
+    cluster = settings.cluster.name
+    return {
+        "name": name,
+        "namespace": settings.capi.namespace,
+        "labels": {"cluster.x-k8s.io/cluster-name": str(cluster), "app.kubernetes.io/part-of": "proxy-component"},
+    }
+
+
+def systemd_proxy_secret(settings: Settings, dropin: Any) -> Obj:
+    """`<cluster>-systemd-proxy`: the drop-in for containerd (`containerdProxy`) and kubelet (`kubeletProxy`)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _metadata(settings, f"{settings.cluster.name}-systemd-proxy"),
+        "type": "Opaque",
+        "stringData": {"containerdProxy": dropin, "kubeletProxy": dropin},
+    }
+
+
+def cluster_values_secret(settings: Settings, values_yaml: Any) -> Obj:
+    """`<cluster>-cluster-values`: `cluster.proxy.{http,https,noProxy}` and the top-level keys, for the app platform."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _metadata(settings, f"{settings.cluster.name}-cluster-values"),
+        "type": "Opaque",
+        "stringData": {"values": values_yaml},
+    }
+
+
+def kubeadm_config_spec(settings: Settings, node_values: ProxyValues | None = None) -> Obj:
+    """The KubeadmConfigSpec fragment: the two drop-ins from the Secret (0600) and the commands that load them.
+
+    `node_values` is needed only with `capi.exportToKubeadm` (plain strings):
+    the exports then carry the complete NO_PROXY.
+    """
+    secret = f"{settings.cluster.name}-systemd-proxy"
+    files = [
+        {
+            "path": path,
+            "owner": "root:root",
+            "permissions": "0600",
+            "contentFrom": {"secret": {"name": secret, "key": key}},
+        }
+        for path, key in _KEYS.items()
+    ]
+    commands = ["systemctl daemon-reload", "systemctl restart containerd"]
+    if settings.capi.export_to_kubeadm:
+        if node_values is None:
+            raise ValueError("kubeadm_config_spec: capi.exportToKubeadm needs the node proxy values")
+        commands += [f"export {name}={shlex.quote(str(value))}" for name, value in env_pairs(node_values)]
+    return {"files": files, "preKubeadmCommands": commands}
+
+
+def kubeadm_control_plane_patch(settings: Settings, spec: Obj) -> Obj:
+    """A KubeadmControlPlane carrying the fragment, for merging into (or patching) `<cluster>-control-plane`."""
+    return {
+        "apiVersion": "controlplane.cluster.x-k8s.io/v1beta1",
+        "kind": "KubeadmControlPlane",
+        "metadata": {"name": f"{settings.cluster.name}-control-plane", "namespace": settings.capi.namespace},
+        "spec": {"kubeadmConfigSpec": spec},
+    }
+
+
+def kubeadm_config_template_patch(settings: Settings, spec: Obj) -> Obj:
+    """A KubeadmConfigTemplate carrying the fragment, for the workers' `<cluster>-md-0`."""
+    return {
+        "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta1",
+        "kind": "KubeadmConfigTemplate",
+        "metadata": {"name": f"{settings.cluster.name}-md-0", "namespace": settings.capi.namespace},
+        "spec": {"template": {"spec": spec}},
+    }
+
+
+_TKG_ADDONS = (
+    ("vsphere-cpi", "cloud-provider/vsphere-cpi"),
+    ("vsphere-csi", "csi/vsphere-csi"),
+    ("kapp-controller", "addons-management/kapp-controller"),
+)
+
+
+def tkg_addon_secrets(settings: Settings, values_yaml: dict[str, Any]) -> list[Obj]:
+    """TKG-style addon Secrets (seed 002): `values.yaml` for vSphere CPI, CSI and kapp-controller.
+
+    `values_yaml` maps each addon name to its (rendered) values.yaml text.
+    """
+    cluster = str(settings.cluster.name)
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {
+                "name": f"{cluster}-{addon}-addon",
+                "namespace": settings.capi.namespace,
+                "annotations": {"tkg.tanzu.vmware.com/addon-type": addon_type},
+                "labels": {
+                    "tkg.tanzu.vmware.com/addon-name": addon,
+                    "tkg.tanzu.vmware.com/cluster-name": cluster,
+                    "app.kubernetes.io/part-of": "proxy-component",
+                },
+            },
+            "type": "tkg.tanzu.vmware.com/addon",
+            "stringData": {"values.yaml": values_yaml[addon]},
+        }
+        for addon, addon_type in _TKG_ADDONS
+    ]

@@ -1,0 +1,285 @@
+"""Helm (and Carvel addon) values that carry the proxy into known charts, and a deep merge into a user's own values.
+
+Each `Profile` names the chart, the dotted key paths it sets and the file its
+keys were checked against, so a reviewer can re-check them. A profile's
+values hold the three proxy leaves and nothing else: plain strings from the
+command, `pulumi.Output`s from the component; a builder puts them where they
+belong and never looks inside them. Where a chart takes an env list, the list
+is `env_vars(values)`: both spellings of the three variables.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from .env import ProxyValues, env_vars
+
+__all__ = ["PROFILES", "Profile", "UnknownProfileError", "helm_values", "merge_values"]
+
+Values = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Profile:
+    """How one chart takes the proxy settings: the keys it sets, where they were verified, and the builder."""
+
+    name: str
+    chart: str
+    keys: tuple[str, ...]
+    source: str
+    description: str
+    build: Callable[[ProxyValues], Values]
+
+
+class UnknownProfileError(KeyError):
+    """`helm_values` was asked for a profile that `PROFILES` does not hold."""
+
+    def __init__(self, profile: str) -> None:
+        self.profile = profile
+        self.message = (
+            f"profile: {profile!r} is not a known Helm values profile (expected one of: {', '.join(sorted(PROFILES))})"
+        )
+        super().__init__(self.message)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class _Leaf(enum.Enum):
+    """What a key path receives: one of the three values, or the six-entry env list."""
+
+    HTTP = "http_proxy"
+    HTTPS = "https_proxy"
+    NO = "no_proxy"
+    ENV = "env"
+
+
+def _leaf(kind: _Leaf, values: ProxyValues) -> Any:
+    if kind is _Leaf.ENV:
+        return env_vars(values)
+    return getattr(values, kind.value)
+
+
+def _builder(spec: tuple[tuple[str, _Leaf], ...]) -> Callable[[ProxyValues], Values]:
+    def build(values: ProxyValues) -> Values:
+        out: Values = {}
+        for path, kind in spec:
+            *parents, last = path.split(".")
+            node = out
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[last] = _leaf(kind, values)
+        return out
+
+    return build
+
+
+def _profile(name: str, chart: str, source: str, description: str, spec: tuple[tuple[str, _Leaf], ...]) -> Profile:
+    """A profile whose `keys` and builder come from one spec, so they cannot drift apart."""
+    return Profile(name, chart, tuple(path for path, _ in spec), source, description, _builder(spec))
+
+
+def _triple(prefix: str, http: str, https: str, no: str) -> tuple[tuple[str, _Leaf], ...]:
+    return ((f"{prefix}{http}", _Leaf.HTTP), (f"{prefix}{https}", _Leaf.HTTPS), (f"{prefix}{no}", _Leaf.NO))
+
+
+def _envs(*paths: str) -> tuple[tuple[str, _Leaf], ...]:
+    return tuple((path, _Leaf.ENV) for path in paths)
+
+
+_SNAKE = ("http_proxy", "https_proxy", "no_proxy")
+_CAMEL = ("httpProxy", "httpsProxy", "noProxy")
+
+_ALL = (
+    _profile(
+        "cert-manager",
+        "jetstack/cert-manager (https://charts.jetstack.io)",
+        "cert-manager/cert-manager: deploy/charts/cert-manager/values.yaml @001eb00d (documented top-level "
+        "http_proxy, https_proxy, no_proxy); deploy/charts/cert-manager/templates/deployment.yaml @02ee550c "
+        "(they become HTTP_PROXY, HTTPS_PROXY, NO_PROXY on the controller container)",
+        "The controller is the component that calls ACME servers; the chart sets the upper-case variables from "
+        "these three top-level keys. The webhook and cainjector talk only to the API server.",
+        _triple("", *_SNAKE),
+    ),
+    _profile(
+        "argo-cd",
+        "argo/argo-cd (https://argoproj.github.io/argo-helm)",
+        "argoproj/argo-helm: charts/argo-cd/values.yaml @2792db17 (controller.env, dex.env, server.env, "
+        "repoServer.env, applicationSet.extraEnv, notifications.extraEnv, commitServer.extraEnv, global.env); "
+        "charts/argo-cd/templates/argocd-repo-server/deployment.yaml @011824fa (env = concat global.env repoServer.env)",
+        "Every component that reaches outside: repoServer (Git, Helm and OCI repositories), controller (remote "
+        "cluster APIs), server (SSO/OIDC, remote clusters), applicationSet (SCM and pull-request generators), "
+        "notifications (Slack, webhooks, mail), dex (upstream identity providers), commitServer (pushes hydrated "
+        "manifests; off by default, the key is harmless then). Not redis, which makes no outbound calls. Not "
+        "global.env: the chart concatenates it with each component's list, so a user's global.env plus ours "
+        "would repeat names, while per-component lists merge without duplicates. The components call each other "
+        "by short Service names over gRPC, which honours HTTPS_PROXY: NO_PROXY must cover them.",
+        _envs(
+            "applicationSet.extraEnv",
+            "commitServer.extraEnv",
+            "controller.env",
+            "dex.env",
+            "notifications.extraEnv",
+            "repoServer.env",
+            "server.env",
+        ),
+    ),
+    _profile(
+        "cloudzero-agent",
+        "cloudzero/cloudzero-agent (chart >= 1.2.12)",
+        "Cloudzero/cloudzero-agent: helm/docs/egress-proxy.md @af79c256 (defaults.env reaches every chart-managed "
+        "container; the chart never sets the proxy variables itself; seed 003); helm/docs/releases/1.2.13.md "
+        "@af79c256 (defaults.env added in 1.2.12, lowest precedence)",
+        "One chart-wide list reaches every container (agent, aggregator collector and shipper, webhook server, "
+        "validator, jobs); all are Go binaries that read the variables.",
+        _envs("defaults.env"),
+    ),
+    _profile(
+        "env",
+        "generic: charts with a top-level env list",
+        "seed 000 (Helm values, method 4: a top-level env list); giantswarm/cluster-apps-operator: "
+        "service/controller/resource/clustersecret/desired.go @03504133 writes the same shape",
+        "For charts whose single workload reads a top-level env list of {name, value} entries.",
+        _envs("env"),
+    ),
+    _profile(
+        "external-secrets",
+        "external-secrets/external-secrets (https://charts.external-secrets.io)",
+        "external-secrets/external-secrets: deploy/charts/external-secrets/values.yaml @c07d6894 (extraEnv, "
+        "webhook.extraEnv, certController.extraEnv); deploy/charts/external-secrets/templates/deployment.yaml "
+        "@01b05737 (top-level extraEnv is the controller container's env)",
+        "Only the controller talks to the secret providers (cloud secret managers, Vault, ...). The webhook "
+        "validates resources and the cert controller keeps the webhook certificate: both talk to the API server "
+        "only, so webhook.extraEnv and certController.extraEnv are left alone.",
+        _envs("extraEnv"),
+    ),
+    _profile(
+        "giantswarm-cluster-values",
+        "Giant Swarm <cluster>-cluster-values Secret/ConfigMap (cluster-apps-operator)",
+        "giantswarm/cluster-apps-operator: service/controller/resource/clustersecret/desired.go @03504133 "
+        '(values["cluster"]["proxy"] = {http, https, noProxy}; top-level http_proxy, https_proxy, no_proxy '
+        '"specific to cert-manager because we use upstream chart schema"); seed 001',
+        "cluster.proxy is read by Giant Swarm charts and chart-operator; the top-level keys are cert-manager's, so "
+        "the same values file configures cert-manager too.",
+        (*_triple("cluster.proxy.", "http", "https", "noProxy"), *_triple("", *_SNAKE)),
+    ),
+    _profile(
+        "kapp-controller",
+        "TKG addon kapp-controller (Carvel package data values, not a Helm chart)",
+        "vmware-tanzu/tanzu-framework: providers/ytt/02_addons/kapp-controller/kapp-controller_addon_data.lib.yaml "
+        "@d980c5a4 (kappController.config.httpProxy, httpsProxy, noProxy); vmware-tanzu/community-edition: "
+        "cli/cmd/plugin/standalone-cluster/kapp/values.go (same nesting); seed 002",
+        "kapp-controller fetches package bundles and images from registries. Upstream Carvel installs take the "
+        "same three keys in the kapp-controller-config Secret (carvel-dev/kapp-controller: "
+        "config/overlays/controller-config-overlay.yml); this profile is the TKG addon layout.",
+        _triple("kappController.config.", *_CAMEL),
+    ),
+    _profile(
+        "kyverno",
+        "kyverno/kyverno (https://kyverno.github.io/kyverno/)",
+        "kyverno/kyverno: charts/kyverno/templates/admission-controller/deployment.yaml @678318a5 "
+        "(admissionController.container.extraEnvVars); background-controller/deployment.yaml @0101d004 "
+        "(backgroundController.extraEnvVars); cleanup-controller/deployment.yaml @0249a88d "
+        "(cleanupController.extraEnvVars); reports-controller/deployment.yaml @02accab3 "
+        "(reportsController.extraEnvVars)",
+        "All four controllers can reach outside: admission (verifyImages against registries, Sigstore/TUF; "
+        "apiCall context), background (generate and mutate-existing rules with apiCall or imageRegistry "
+        "context), reports (background scans, registry client), cleanup (global context entries). Not the "
+        "admission controller's kyverno-pre init container (API server only), and not global.extraEnvVars, "
+        "which the admission and reports controller templates at the commits read do not include.",
+        _envs(
+            "admissionController.container.extraEnvVars",
+            "backgroundController.extraEnvVars",
+            "cleanupController.extraEnvVars",
+            "reportsController.extraEnvVars",
+        ),
+    ),
+    _profile(
+        "proxy",
+        "generic: charts with proxy.{httpProxy,httpsProxy,noProxy}",
+        "seed 000 (Helm values: 'if the chart has specific proxy settings')",
+        "A common convention for charts with their own proxy settings; check the chart's values before use.",
+        _triple("proxy.", *_CAMEL),
+    ),
+    _profile(
+        "vsphere-cpi",
+        "TKG addon vsphere-cpi (Carvel package data values, not a Helm chart)",
+        "vmware-tanzu/community-edition: addons/packages/vsphere-cpi/1.22.6/bundle/config/schema.yaml @c579071a "
+        "(vsphereCPI.http_proxy, https_proxy, no_proxy); vmware-tanzu/tanzu-framework: "
+        "providers/ytt/02_addons/cpi/cpi_secret_crs.yaml (the <cluster>-vsphere-cpi-addon Secret); seed 002",
+        "The cloud provider talks to vCenter.",
+        _triple("vsphereCPI.", *_SNAKE),
+    ),
+    _profile(
+        "vsphere-csi",
+        "TKG addon vsphere-csi (Carvel package data values, not a Helm chart)",
+        "vmware-tanzu/tanzu-framework: providers/ytt/02_addons/csi/csi_addon_data.lib.yaml @ac28f563 "
+        "(vsphereCSI.http_proxy, https_proxy, no_proxy); seed 002",
+        "The CSI controller talks to vCenter.",
+        _triple("vsphereCSI.", *_SNAKE),
+    ),
+)
+
+PROFILES: Mapping[str, Profile] = MappingProxyType({p.name: p for p in sorted(_ALL, key=lambda p: p.name)})
+
+
+def helm_values(profile: str, values: ProxyValues) -> Values:
+    """The values of one profile, fresh on every call (no two calls or key paths share a container)."""
+    try:
+        chosen = PROFILES[profile]
+    except KeyError:
+        raise UnknownProfileError(profile) from None
+    return chosen.build(values)
+
+
+def merge_values(user: Mapping[str, Any], proxy: Mapping[str, Any]) -> Values:
+    """The user's values with the proxy values merged in, for `helm.v3.Release` or `helm.v4.Chart`.
+
+    The user's keys are never clobbered: their scalars (and any value whose
+    type differs from the proxy's) win; mappings merge recursively; an env-style
+    list (every entry a mapping with a `name`; an empty user list counts) gets
+    the proxy entries whose name it does not have yet, appended in order; any
+    other list is the user's. Anything neither a mapping nor a list is an opaque
+    leaf, kept by identity. The inputs are not mutated and the result shares no
+    container with them.
+    """
+    return _merge_mappings(user, proxy)
+
+
+def _merge_mappings(user: Mapping[Any, Any], proxy: Mapping[Any, Any]) -> dict[Any, Any]:
+    merged = {key: (_merge(value, proxy[key]) if key in proxy else _copy(value)) for key, value in user.items()}
+    for key, value in proxy.items():
+        if key not in merged:
+            merged[key] = _copy(value)
+    return merged
+
+
+def _merge(mine: Any, theirs: Any) -> Any:
+    if isinstance(mine, Mapping) and isinstance(theirs, Mapping):
+        return _merge_mappings(mine, theirs)
+    if isinstance(mine, list) and isinstance(theirs, list) and theirs and _is_env(mine) and _is_env(theirs):
+        merged = [_copy(entry) for entry in mine]
+        names = [entry["name"] for entry in mine]
+        for entry in theirs:
+            if entry["name"] not in names:
+                merged.append(_copy(entry))
+                names.append(entry["name"])
+        return merged
+    return _copy(mine)
+
+
+def _is_env(items: list[Any]) -> bool:
+    return all(isinstance(item, Mapping) and "name" in item for item in items)
+
+
+def _copy(value: Any) -> Any:
+    """Fresh containers all the way down, the same leaves."""
+    if isinstance(value, Mapping):
+        return {key: _copy(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_copy(item) for item in value]
+    return value

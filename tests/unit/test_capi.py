@@ -1,0 +1,151 @@
+"""Cluster API: the systemd drop-ins (checked by systemd itself), the kubeadm fragment, and the static-pod choice."""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from proxy_component.render.capi import (
+    CONTAINERD_DROPIN,
+    KUBELET_DROPIN,
+    kubeadm_config_spec,
+    kubeadm_config_template_patch,
+    kubeadm_control_plane_patch,
+    systemd_dropin,
+    systemd_proxy_secret,
+)
+from proxy_component.render.env import ProxyValues
+from proxy_component.settings import Settings, parse_settings
+from tests.conftest import ROOT
+
+SEED_001 = (Path(ROOT).parent / "shared/seeds/001_4279155272499de0.txt").read_text()
+CAPI: dict[str, object] = {
+    "cluster": {"name": "mycluster", "podCidrs": ["100.64.0.0/13"], "serviceCidrs": ["100.96.0.0/11"]},
+    "proxy": {"httpProxy": "http://myProxyUser:mySuperSecretPassword@192.168.52.220:3128"},
+    "capi": {"enabled": True, "namespace": "org-giantswarm"},
+}
+VALUES = ProxyValues("http://proxy.corp:3128", "http://proxy.corp:3128", "localhost,127.0.0.1,.svc,10.0.0.0/8")
+
+
+def _settings(**capi: object) -> Settings:
+    data = yaml.safe_load(yaml.safe_dump(CAPI))
+    data["capi"].update(capi)
+    return parse_settings(data)
+
+
+def test_dropin_follows_the_seed_template_line_for_line() -> None:
+    block = SEED_001.split("```bash\n", 1)[1].split("```", 1)[0]
+    template = block.replace("{{ .HttpProxy }}", "H").replace("{{ .HttpsProxy }}", "S").replace("{{ .NoProxy }}", "N")
+    assert systemd_dropin(ProxyValues("H", "S", "N")) == template
+
+
+def test_dropin_escapes_what_systemd_would_otherwise_interpret() -> None:
+    dropin = systemd_dropin(ProxyValues('http://u:p%40ss"x\\@proxy:3128', "h", "n"))
+    assert 'Environment="HTTP_PROXY=http://u:p%%40ss\\"x\\\\@proxy:3128"' in dropin
+
+
+@pytest.mark.parametrize("unit", ["containerd", "kubelet"])
+def test_systemd_accepts_each_dropin(tmp_path: Path, unit: str) -> None:
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.fail("systemd-analyze is needed: apt-get install systemd")
+    service = tmp_path / f"{unit}.service"
+    service.write_text("[Unit]\nDefaultDependencies=no\n[Service]\nType=oneshot\nExecStart=/usr/bin/true\n")
+    dropins = tmp_path / f"{unit}.service.d"
+    dropins.mkdir()
+    settings = _settings()
+    secret = systemd_proxy_secret(
+        settings, systemd_dropin(ProxyValues("http://u:p%40ss@proxy:3128", "http://p:3128", "a,b"))
+    )
+    key = {"containerd": "containerdProxy", "kubelet": "kubeletProxy"}[unit]
+    (dropins / "http-proxy.conf").write_text(secret["stringData"][key])
+    result = subprocess.run([analyze, "verify", str(service)], capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "http-proxy.conf" not in result.stderr, result.stderr
+    # A drop-in that systemd would misread must be caught by the same check.
+    (dropins / "http-proxy.conf").write_text('[Service]\nEnvironment="HTTP_PROXY=http://u:p%40ss@proxy:3128"\n')
+    bad = subprocess.run([analyze, "verify", str(service)], capture_output=True, text=True, timeout=60, check=False)
+    assert "http-proxy.conf" in bad.stderr
+
+
+def test_systemd_proxy_secret_layout() -> None:
+    secret = systemd_proxy_secret(_settings(), "DROPIN")
+    assert secret["metadata"]["name"] == "mycluster-systemd-proxy"
+    assert secret["metadata"]["namespace"] == "org-giantswarm"
+    assert secret["stringData"] == {"containerdProxy": "DROPIN", "kubeletProxy": "DROPIN"}
+    assert secret["kind"] == "Secret"
+
+
+def test_kubeadm_files_match_the_seed() -> None:
+    spec = kubeadm_config_spec(_settings())
+    # Seed 001: path, permissions "0600", contentFrom.secret {name: <clusterName>-systemd-proxy, key: containerdProxy}.
+    assert spec["files"] == [
+        {
+            "path": CONTAINERD_DROPIN,
+            "owner": "root:root",
+            "permissions": "0600",
+            "contentFrom": {"secret": {"name": "mycluster-systemd-proxy", "key": "containerdProxy"}},
+        },
+        {
+            "path": KUBELET_DROPIN,
+            "owner": "root:root",
+            "permissions": "0600",
+            "contentFrom": {"secret": {"name": "mycluster-systemd-proxy", "key": "kubeletProxy"}},
+        },
+    ]
+    assert "path: /etc/systemd/system/containerd.service.d/http-proxy.conf" in SEED_001
+    assert 'permissions: "0600"' in SEED_001
+    assert spec["preKubeadmCommands"] == ["systemctl daemon-reload", "systemctl restart containerd"]
+
+
+def test_static_pods_get_no_proxy_by_default() -> None:
+    spec = kubeadm_config_spec(_settings(), VALUES)
+    assert not any("export" in c or "proxy" in c.lower() for c in spec["preKubeadmCommands"])
+
+
+def test_exporting_to_kubeadm_carries_the_complete_no_proxy() -> None:
+    spec = kubeadm_config_spec(_settings(exportToKubeadm=True), VALUES)
+    exports = [c for c in spec["preKubeadmCommands"] if c.startswith("export ")]
+    assert [shlex.split(c)[1].split("=", 1)[0] for c in exports] == [
+        "HTTP_PROXY",
+        "http_proxy",
+        "HTTPS_PROXY",
+        "https_proxy",
+        "NO_PROXY",
+        "no_proxy",
+    ]
+    assert shlex.split(exports[4])[1] == f"NO_PROXY={VALUES.no_proxy}"
+    with pytest.raises(ValueError, match="needs the node proxy values"):
+        kubeadm_config_spec(_settings(exportToKubeadm=True))
+
+
+def test_control_plane_and_worker_templates_carry_the_fragment() -> None:
+    settings = _settings()
+    spec = kubeadm_config_spec(settings)
+    kcp = kubeadm_control_plane_patch(settings, spec)
+    kct = kubeadm_config_template_patch(settings, spec)
+    assert kcp["spec"]["kubeadmConfigSpec"] is spec
+    assert kct["spec"]["template"]["spec"] is spec
+    assert (kcp["kind"], kcp["metadata"]["name"]) == ("KubeadmControlPlane", "mycluster-control-plane")
+    assert (kct["kind"], kct["metadata"]["name"]) == ("KubeadmConfigTemplate", "mycluster-md-0")
+
+
+def test_capi_needs_a_proxy_nodes_can_reach() -> None:
+    from proxy_component.settings import SettingsError
+
+    with pytest.raises(SettingsError, match=r"proxy\.nodeHttpProxy: required when capi\.enabled"):
+        parse_settings({"cluster": {"name": "c"}, "capi": {"enabled": True}})
+    upstream = parse_settings(
+        {
+            "cluster": {"name": "c"},
+            "capi": {"enabled": True},
+            "proxy": {"upstream": {"url": "http://proxy.corp:3128", "username": "svc", "password": "p:w#x"}},
+        }
+    )
+    assert upstream.node_http_proxy == "http://svc:p%3Aw%23x@proxy.corp:3128"
+    assert upstream.nodes_have_credentials
