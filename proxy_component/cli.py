@@ -13,8 +13,13 @@ import yaml
 
 from .clients import compat_notes
 from .noproxy import NoProxyError
-from .render import manifests
+from .render import capi_manifests, manifests, plain_values
+from .render.helm import PROFILES, values_yaml
+from .render.kustomize import kustomization
+from .render.kyverno import cluster_policy
 from .settings import Settings, SettingsError, load_settings, parse_settings
+
+FORMATS = ("manifests", "helm-values", "capi", "kustomize-patch", "kyverno")
 
 __all__ = ["main"]
 
@@ -55,9 +60,42 @@ def _file_name(index: int, obj: dict[str, Any]) -> str:
     return "-".join(p for p in parts if p) + ".yaml"
 
 
+def _objects(settings: Settings, args: argparse.Namespace) -> list[dict[str, Any]]:
+    fmt = args.format[0]
+    if fmt == "capi":
+        return capi_manifests(settings)
+    if fmt == "kyverno":
+        return [cluster_policy(settings, plain_values(settings))]
+    if fmt == "kustomize-patch":
+        return [
+            kustomization(
+                settings, plain_values(settings), kind=args.target_kind, name=args.target_name, container=args.container
+            )
+        ]
+    return manifests(settings)
+
+
+def _check_format(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    fmt, *rest = args.format
+    accepted = ", ".join(FORMATS)
+    if fmt not in FORMATS:
+        parser.error(f"--format: {fmt!r} is not a format (expected one of: {accepted})")
+    if fmt == "helm-values":
+        if len(rest) != 1 or rest[0] not in PROFILES:
+            given = repr(rest[0]) if rest else "no profile"
+            parser.error(f"--format helm-values: {given} is not a profile (expected one of: {', '.join(PROFILES)})")
+    elif rest:
+        parser.error(f"--format {fmt}: takes no argument, got {' '.join(rest)!r}")
+    if fmt == "kustomize-patch" and not args.target_name:
+        parser.error("--format kustomize-patch: --target-name is required (the workload to patch)")
+
+
 def _render(args: argparse.Namespace) -> int:
     settings = _load(args.config)
-    objects = manifests(settings)
+    if args.format[0] == "helm-values":
+        sys.stdout.write(values_yaml(args.format[1], plain_values(settings)))
+        return 0
+    objects = _objects(settings, args)
     if args.output is None:
         sys.stdout.write(dump(objects))
         return 0
@@ -112,6 +150,19 @@ def _parser() -> argparse.ArgumentParser:
     render = sub.add_parser("render", help="write the Kubernetes objects as a YAML stream or one file per object")
     render.add_argument("config", nargs="?", help=config_help)
     render.add_argument("-o", "--output", metavar="DIR", help="write one file per object into DIR")
+    render.add_argument(
+        "--format",
+        nargs="+",
+        default=["manifests"],
+        metavar="FORMAT",
+        help="manifests (default: the workload cluster's objects), helm-values PROFILE, capi (the management "
+        "cluster's Secrets and kubeadm fragments), kustomize-patch, kyverno",
+    )
+    render.add_argument("--target-kind", default="Deployment", help="kustomize-patch: the workload kind")
+    render.add_argument("--target-name", help="kustomize-patch: the workload name")
+    render.add_argument(
+        "--container", help="kustomize-patch: patch this container by name (strategic merge) instead of index 0"
+    )
     render.set_defaults(func=_render)
     no_proxy = sub.add_parser("no-proxy", help="print the composed NO_PROXY value")
     no_proxy.add_argument("config", nargs="?", help=config_help)
@@ -123,10 +174,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command == "render":
+        _check_format(parser, args)
     try:
         result: int = args.func(args)
-    except (SettingsError, NoProxyError) as exc:
+    except (SettingsError, NoProxyError, ValueError) as exc:
         print(f"proxy-component: {exc}", file=sys.stderr)
         return EXIT_INVALID
     return result

@@ -7,6 +7,7 @@ as Outputs and may be unknown at preview.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -17,8 +18,20 @@ import pulumi_kubernetes as k8s
 from .clients import compat_notes
 from .discovery.network import ClusterNetwork
 from .noproxy import NoProxy
-from .render import check_allow_sources, proxy_objects
+from .render import check_allow_sources, node_values, proxy_objects
+from .render.capi import (
+    TKG_ADDONS,
+    cluster_values_secret,
+    cluster_values_yaml,
+    kubeadm_config_spec,
+    systemd_dropin,
+    systemd_proxy_secret,
+    tkg_addon_secrets,
+    tkg_addon_values,
+)
 from .render.env import ProxyValues, env_vars, proxy_config_object
+from .render.helm import PROFILES, check_values_secrets, helm_values, values_secret, values_secret_name, values_yaml
+from .render.kyverno import cluster_policy
 from .render.proxy import config_digest, ip_family_fields, tinyproxy_conf
 from .settings import NETWORK_FIELDS, NetworkValues, Settings, SettingsError, parse_settings
 
@@ -43,6 +56,8 @@ class ClusterProxyArgs:
 
     settings: Settings | Mapping[str, Any]
     network: ClusterNetwork | None = None
+    management_provider: pulumi.ProviderResource | None = None
+    """Provider of the Cluster API management cluster, for the `capi` Secrets; default: the component's."""
 
 
 def _as_list(value: Any) -> list[str]:
@@ -66,6 +81,8 @@ class ClusterProxy(pulumi.ComponentResource):
     https_proxy: pulumi.Output[str]
     proxy_url: pulumi.Output[str]
     env: pulumi.Output[list[dict[str, str]]]
+    helm_values: dict[str, pulumi.Output[dict[str, Any]]]
+    kubeadm_config_spec: pulumi.Output[dict[str, Any]] | None
     settings: Settings
     resources: dict[str, pulumi.CustomResource]
 
@@ -74,6 +91,7 @@ class ClusterProxy(pulumi.ComponentResource):
         settings = parse_settings(args.settings)
         network = args.network
         check_allow_sources(settings, network is not None and network.gives_allow_sources)
+        check_values_secrets(settings)
         self.settings = settings
         self.resources = {}
 
@@ -100,10 +118,20 @@ class ClusterProxy(pulumi.ComponentResource):
             depends = pulumi.ResourceOptions(depends_on=[self.resources["config"]])
             self.resources["daemonset"] = self._create(f"{name}-tinyproxy", daemonset, depends)
             self.resources["service"] = self._create(f"{name}-service", service)
-        for namespace in settings.namespaces:
+        for namespace in settings.proxy_config_namespaces:
             obj = proxy_config_object(settings, namespace, values)
             self.resources[f"proxy-config/{namespace}"] = self._create(f"{name}-proxy-config-{namespace}", obj)
+        if settings.injection.kyverno:
+            self.resources["kyverno-policy"] = self._create(f"{name}-kyverno-policy", cluster_policy(settings, values))
 
+        self.helm_values = {profile: _maybe_secret_dict(helm_values(profile, values), secret) for profile in PROFILES}
+        for spec in settings.helm_values_secrets:
+            text = _plain(values).apply(functools.partial(values_yaml, spec.profile))
+            obj = values_secret(spec, text)
+            key = f"helm-values/{spec.namespace}/{values_secret_name(spec)}"
+            self.resources[key] = self._create(f"{name}-helm-values-{spec.namespace}-{values_secret_name(spec)}", obj)
+
+        self.kubeadm_config_spec = self._capi(name, settings, no_proxy, args.management_provider)
         self.register_outputs(
             {
                 "no_proxy": self.no_proxy,
@@ -111,7 +139,40 @@ class ClusterProxy(pulumi.ComponentResource):
                 "https_proxy": self.https_proxy,
                 "proxy_url": self.proxy_url,
                 "env": self.env,
+                "helm_values": self.helm_values,
+                "kubeadm_config_spec": self.kubeadm_config_spec,
             }
+        )
+
+    def _capi(
+        self,
+        name: str,
+        settings: Settings,
+        no_proxy: pulumi.Output[str],
+        provider: pulumi.ProviderResource | None,
+    ) -> pulumi.Output[dict[str, Any]] | None:
+        """The Cluster API Secrets in the management cluster, and the kubeadm fragment as an output."""
+        if not settings.capi.enabled:
+            return None
+        nodes = node_values(settings, no_proxy)
+        plain = _plain(nodes)
+        opts = pulumi.ResourceOptions(provider=provider) if provider is not None else None
+        dropin = plain.apply(systemd_dropin)
+        self.resources["capi/systemd-proxy"] = self._create(
+            f"{name}-systemd-proxy", systemd_proxy_secret(settings, dropin), opts
+        )
+        self.resources["capi/cluster-values"] = self._create(
+            f"{name}-cluster-values", cluster_values_secret(settings, plain.apply(cluster_values_yaml)), opts
+        )
+        if settings.capi.tkg_addons:
+            texts = {addon: plain.apply(functools.partial(tkg_addon_values, addon)) for addon in TKG_ADDONS}
+            for obj in tkg_addon_secrets(settings, texts):
+                self.resources[f"capi/{obj['metadata']['name']}"] = self._create(
+                    f"{name}-{obj['metadata']['name']}", obj, opts
+                )
+        spec = plain.apply(lambda v: kubeadm_config_spec(settings, v))
+        return (
+            pulumi.Output.secret(spec) if settings.capi.export_to_kubeadm and settings.nodes_have_credentials else spec
         )
 
     @staticmethod
@@ -159,10 +220,33 @@ class ClusterProxy(pulumi.ComponentResource):
     def _create(
         self, logical_name: str, obj: Obj, extra: pulumi.ResourceOptions | None = None
     ) -> pulumi.CustomResource:
-        cls = _RESOURCE_CLASSES[(obj["apiVersion"], obj["kind"])]
+        """A typed resource for core kinds, a CustomResource (e.g. Kyverno's ClusterPolicy) otherwise."""
+        resource: pulumi.CustomResource
+        cls = _RESOURCE_CLASSES.get((obj["apiVersion"], obj["kind"]))
+        if cls is None:
+            rest = {key: value for key, value in obj.items() if key not in ("apiVersion", "kind", "metadata")}
+            resource = k8s.apiextensions.CustomResource(
+                logical_name,
+                api_version=obj["apiVersion"],
+                kind=obj["kind"],
+                metadata=obj["metadata"],
+                opts=_child_opts(self, extra),
+                **rest,
+            )
+            return resource
         kwargs = {_ARG_NAMES[key]: value for key, value in obj.items() if key not in ("apiVersion", "kind")}
-        resource: pulumi.CustomResource = cls(logical_name, opts=_child_opts(self, extra), **kwargs)
+        resource = cls(logical_name, opts=_child_opts(self, extra), **kwargs)
         return resource
+
+
+def _plain(values: ProxyValues) -> pulumi.Output[ProxyValues]:
+    """The three values resolved together, for builders that write them into text."""
+    return pulumi.Output.all(values.http_proxy, values.https_proxy, values.no_proxy).apply(lambda v: ProxyValues(*v))
+
+
+def _maybe_secret_dict(value: dict[str, Any], secret: bool) -> pulumi.Output[dict[str, Any]]:
+    output: pulumi.Output[dict[str, Any]] = pulumi.Output.from_input(value)
+    return pulumi.Output.secret(output) if secret else output
 
 
 def _maybe_secret(value: str, secret: bool) -> pulumi.Output[str]:

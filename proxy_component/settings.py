@@ -499,6 +499,12 @@ class Settings(_Model):
         return self.proxy.https_proxy or self.http_proxy
 
     @property
+    def proxy_config_namespaces(self) -> list[str]:
+        """Namespaces with a `proxy-config`: the listed ones, plus the Kyverno clone source when it needs one."""
+        extra = {self.deployment.namespace} if self.injection.kyverno and self.has_credentials else set()
+        return sorted(set(self.namespaces) | extra)
+
+    @property
     def node_http_proxy(self) -> str | None:
         """The proxy node services use: nodeHttpProxy, else an explicit httpProxy, else the upstream (never the Service)."""
         p = self.proxy

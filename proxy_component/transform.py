@@ -85,7 +85,7 @@ def proxy_env_transform(settings: Settings, env: Sequence[Obj] | pulumi.Output[A
     """
     injection = settings.injection
     excluded = set(injection.exclude_namespaces)
-    secret_namespaces = set(settings.namespaces) if settings.has_credentials else None
+    secret_namespaces = set(settings.proxy_config_namespaces) if settings.has_credentials else None
     entries: Sequence[Obj] | pulumi.Output[Any] = env_vars_from_secret() if settings.has_credentials else env
 
     def transform(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:

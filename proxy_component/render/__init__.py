@@ -9,10 +9,32 @@ from __future__ import annotations
 from typing import Any
 
 from ..settings import NetworkValues, Settings, SettingsError
+from .capi import (
+    TKG_ADDONS,
+    cluster_values_secret,
+    cluster_values_yaml,
+    kubeadm_config_spec,
+    kubeadm_config_template_patch,
+    kubeadm_control_plane_patch,
+    systemd_dropin,
+    systemd_proxy_secret,
+    tkg_addon_secrets,
+    tkg_addon_values,
+)
 from .env import ProxyValues, env_vars, proxy_config_objects
+from .helm import check_values_secrets, values_secret, values_yaml
+from .kyverno import cluster_policy
 from .proxy import config_digest, config_object, daemonset, service, tinyproxy_conf
 
-__all__ = ["check_allow_sources", "manifests", "plain_values", "proxy_objects"]
+__all__ = [
+    "capi_manifests",
+    "check_allow_sources",
+    "check_capi",
+    "manifests",
+    "node_values",
+    "plain_values",
+    "proxy_objects",
+]
 
 Obj = dict[str, Any]
 
@@ -40,15 +62,48 @@ def plain_values(settings: Settings, network: NetworkValues | None = None) -> Pr
     return ProxyValues(settings.http_proxy, settings.https_proxy, str(settings.no_proxy(network)))
 
 
+def node_values(settings: Settings, no_proxy: Any) -> ProxyValues:
+    """What node services and bootstrap add-ons use: a proxy nodes reach without cluster DNS."""
+    return ProxyValues(settings.node_http_proxy, settings.node_https_proxy, no_proxy)
+
+
 def manifests(settings: Settings) -> list[Obj]:
-    """Every object for plain settings, in a stable order: the proxy, then each namespace's proxy-config."""
+    """The workload cluster's objects for plain settings, in a stable order.
+
+    The proxy, each namespace's proxy-config, the Kyverno policy when
+    `injection.kyverno` is set, and the Helm values Secrets.
+    """
+    check_values_secrets(settings)
     objects: list[Obj] = []
     if settings.deployment.enabled:
         check_allow_sources(settings)
         conf = tinyproxy_conf(settings, settings.allowed_sources())
         objects += proxy_objects(settings, conf, config_digest(settings, conf))
-    objects += proxy_config_objects(settings, plain_values(settings))
+    values = plain_values(settings)
+    objects += proxy_config_objects(settings, values)
+    if settings.injection.kyverno:
+        objects.append(cluster_policy(settings, values))
+    objects += [values_secret(spec, values_yaml(spec.profile, values)) for spec in settings.helm_values_secrets]
     return objects
+
+
+def check_capi(settings: Settings) -> None:
+    if not settings.capi.enabled:
+        raise SettingsError(["capi.enabled: false (expected true to render the Cluster API objects)"])
+
+
+def capi_manifests(settings: Settings) -> list[Obj]:
+    """The management cluster's objects: the drop-in and value Secrets, and the kubeadm fragments."""
+    check_capi(settings)
+    values = node_values(settings, str(settings.no_proxy()))
+    spec = kubeadm_config_spec(settings, values)
+    objects = [
+        systemd_proxy_secret(settings, systemd_dropin(values)),
+        cluster_values_secret(settings, cluster_values_yaml(values)),
+    ]
+    if settings.capi.tkg_addons:
+        objects += tkg_addon_secrets(settings, {addon: tkg_addon_values(addon, values) for addon in TKG_ADDONS})
+    return [*objects, kubeadm_control_plane_patch(settings, spec), kubeadm_config_template_patch(settings, spec)]
 
 
 __all__ += ["ProxyValues", "env_vars"]

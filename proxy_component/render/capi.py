@@ -15,19 +15,25 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+import yaml
+
 from ..settings import Settings
 from .env import ProxyValues, env_pairs
+from .helm import helm_values, values_yaml
 
 __all__ = [
     "CONTAINERD_DROPIN",
     "KUBELET_DROPIN",
+    "TKG_ADDONS",
     "cluster_values_secret",
+    "cluster_values_yaml",
     "kubeadm_config_spec",
     "kubeadm_config_template_patch",
     "kubeadm_control_plane_patch",
     "systemd_dropin",
     "systemd_proxy_secret",
     "tkg_addon_secrets",
+    "tkg_addon_values",
 ]
 
 Obj = dict[str, Any]
@@ -124,11 +130,26 @@ def kubeadm_config_template_patch(settings: Settings, spec: Obj) -> Obj:
     }
 
 
+_YTT_HEADER = "#@data/values\n#@overlay/match-child-defaults missing_ok=True\n---\n"
+
+
+def tkg_addon_values(addon: str, values: ProxyValues) -> str:
+    """One addon's values.yaml text as TKG writes it (seed 002): ytt data values for CPI and CSI."""
+    body = values_yaml(addon, values)
+    return body if addon == "kapp-controller" else _YTT_HEADER + body
+
+
+def cluster_values_yaml(values: ProxyValues) -> str:
+    """The `<cluster>-cluster-values` content: Giant Swarm's layout (seed 001)."""
+    return yaml.safe_dump(helm_values("giantswarm-cluster-values", values), sort_keys=False)
+
+
 _TKG_ADDONS = (
     ("vsphere-cpi", "cloud-provider/vsphere-cpi"),
     ("vsphere-csi", "csi/vsphere-csi"),
     ("kapp-controller", "addons-management/kapp-controller"),
 )
+TKG_ADDONS = tuple(addon for addon, _ in _TKG_ADDONS)
 
 
 def tkg_addon_secrets(settings: Settings, values_yaml: dict[str, Any]) -> list[Obj]:

@@ -98,4 +98,4 @@ def proxy_config_object(settings: Settings, namespace: str, values: ProxyValues)
 
 
 def proxy_config_objects(settings: Settings, values: ProxyValues) -> list[Obj]:
-    return [proxy_config_object(settings, ns, values) for ns in settings.namespaces]
+    return [proxy_config_object(settings, ns, values) for ns in settings.proxy_config_namespaces]

@@ -16,9 +16,22 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+import yaml
+
+from ..settings import HelmValuesSecret, Settings, SettingsError
 from .env import ProxyValues, env_vars
 
-__all__ = ["PROFILES", "Profile", "UnknownProfileError", "helm_values", "merge_values"]
+__all__ = [
+    "PROFILES",
+    "Profile",
+    "UnknownProfileError",
+    "check_values_secrets",
+    "helm_values",
+    "merge_values",
+    "values_secret",
+    "values_secret_name",
+    "values_yaml",
+]
 
 Values = dict[str, Any]
 
@@ -283,3 +296,38 @@ def _copy(value: Any) -> Any:
     if isinstance(value, list):
         return [_copy(item) for item in value]
     return value
+
+
+def check_values_secrets(settings: Settings) -> None:
+    """Refuse a `helmValuesSecrets` entry whose profile the catalog does not hold, naming the entry."""
+    problems = [
+        f"helmValuesSecrets[{i}].profile: {spec.profile!r} is not a known profile (expected one of: {', '.join(PROFILES)})"
+        for i, spec in enumerate(settings.helm_values_secrets)
+        if spec.profile not in PROFILES
+    ]
+    if problems:
+        raise SettingsError(problems)
+
+
+def values_secret_name(spec: HelmValuesSecret) -> str:
+    return spec.name or f"{spec.profile}-proxy-values"
+
+
+def values_secret(spec: HelmValuesSecret, values_yaml: Any) -> dict[str, Any]:
+    """A Secret with key `values.yaml`, for Flux `HelmRelease.valuesFrom` or an app platform."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": values_secret_name(spec),
+            "namespace": spec.namespace,
+            "labels": {"app.kubernetes.io/part-of": "proxy-component", "proxy-component.io/helm-profile": spec.profile},
+        },
+        "type": "Opaque",
+        "stringData": {"values.yaml": values_yaml},
+    }
+
+
+def values_yaml(profile: str, values: ProxyValues) -> str:
+    """One profile's values as YAML text (plain strings only)."""
+    return yaml.safe_dump(helm_values(profile, values), sort_keys=False, default_flow_style=False)

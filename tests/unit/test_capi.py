@@ -149,3 +149,56 @@ def test_capi_needs_a_proxy_nodes_can_reach() -> None:
     )
     assert upstream.node_http_proxy == "http://svc:p%3Aw%23x@proxy.corp:3128"
     assert upstream.nodes_have_credentials
+
+
+SEED_002 = (Path(ROOT).parent / "shared/seeds/002_64844312cf5b41e1.txt").read_text()
+TKG = ProxyValues(
+    "http://asdf", "https://asdf2", ".svc.cluster.local,.svc,localhost,127.0.0.1,100.64.0.0/13,100.96.0.0/11"
+)
+
+
+@pytest.mark.parametrize(("addon", "key"), [("vsphere-cpi", "vsphereCPI"), ("vsphere-csi", "vsphereCSI")])
+def test_tkg_vsphere_addon_values_match_the_seed(addon: str, key: str) -> None:
+    from proxy_component.render.capi import tkg_addon_values
+
+    seed_block = SEED_002.split("  values.yaml: |\n", 2)[1 if key == "vsphereCPI" else 2].split("type: tkg", 1)[0]
+    seed_text = "\n".join(line[4:] for line in seed_block.splitlines()) + "\n"
+    assert tkg_addon_values(addon, TKG) == seed_text
+
+
+def test_tkg_kapp_controller_values_carry_the_seeds_config_keys() -> None:
+    from proxy_component.render.capi import tkg_addon_values
+
+    values = yaml.safe_load(tkg_addon_values("kapp-controller", TKG))
+    assert values == {
+        "kappController": {
+            "config": {"httpProxy": "http://asdf", "httpsProxy": "https://asdf2", "noProxy": TKG.no_proxy}
+        }
+    }
+    assert "        httpProxy: http://asdf\n        httpsProxy: https://asdf2\n" in SEED_002
+
+
+def test_tkg_addon_secrets_follow_the_seed_metadata() -> None:
+    from proxy_component.render.capi import tkg_addon_secrets
+
+    secrets = tkg_addon_secrets(_settings(), {"vsphere-cpi": "a", "vsphere-csi": "b", "kapp-controller": "c"})
+    cpi = secrets[0]
+    assert cpi["type"] == "tkg.tanzu.vmware.com/addon"
+    assert cpi["metadata"]["annotations"] == {"tkg.tanzu.vmware.com/addon-type": "cloud-provider/vsphere-cpi"}
+    assert cpi["metadata"]["labels"]["tkg.tanzu.vmware.com/addon-name"] == "vsphere-cpi"
+    assert cpi["metadata"]["labels"]["tkg.tanzu.vmware.com/cluster-name"] == "mycluster"
+    assert secrets[1]["metadata"]["annotations"] == {"tkg.tanzu.vmware.com/addon-type": "csi/vsphere-csi"}
+    assert [s["stringData"]["values.yaml"] for s in secrets] == ["a", "b", "c"]
+
+
+def test_cluster_values_follow_seed_001() -> None:
+    from proxy_component.render.capi import cluster_values_yaml
+
+    values = yaml.safe_load(cluster_values_yaml(ProxyValues("http://p:3128", "http://p:3128", "cluster.local,svc")))
+    assert values == {
+        "cluster": {"proxy": {"http": "http://p:3128", "https": "http://p:3128", "noProxy": "cluster.local,svc"}},
+        "http_proxy": "http://p:3128",
+        "https_proxy": "http://p:3128",
+        "no_proxy": "cluster.local,svc",
+    }
+    assert "cluster:\n  proxy:\n    http: " in SEED_001

@@ -117,3 +117,56 @@ def test_the_console_script_is_installed() -> None:
     result = subprocess.run([str(script), "no-proxy", str(EXAMPLE)], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("localhost,127.0.0.1,::1,k8s.internal,.k8s.internal,svc,.svc,")
+
+
+CAPI_CONFIG = """\
+cluster: {name: mycluster, podCidrs: [100.64.0.0/13], serviceCidrs: [100.96.0.0/11]}
+proxy: {httpProxy: "http://proxy.corp:3128"}
+capi: {enabled: true, namespace: org-giantswarm}
+injection: {kyverno: true}
+"""
+
+
+@pytest.mark.parametrize(
+    ("fmt", "kinds"),
+    [
+        (["capi"], ["Secret", "Secret", "KubeadmControlPlane", "KubeadmConfigTemplate"]),
+        (["kyverno"], ["ClusterPolicy"]),
+        (["manifests"], ["ConfigMap", "DaemonSet", "Service", "ClusterPolicy"]),
+        (["kustomize-patch", "--target-name", "web"], ["Kustomization"]),
+    ],
+)
+def test_render_formats(tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt: list[str], kinds: list[str]) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text(CAPI_CONFIG)
+    assert main(["render", str(config), "--format", *fmt]) == 0
+    assert [d["kind"] for d in yaml.safe_load_all(capsys.readouterr().out)] == kinds
+
+
+def test_render_helm_values(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text(CAPI_CONFIG)
+    assert main(["render", str(config), "--format", "helm-values", "kapp-controller"]) == 0
+    values = yaml.safe_load(capsys.readouterr().out)
+    assert values["kappController"]["config"]["httpProxy"] == "http://proxy.corp:3128"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--format", "helm"], "--format: 'helm' is not a format (expected one of: manifests, helm-values, capi"),
+        (["--format", "helm-values"], "--format helm-values: no profile is not a profile (expected one of: argo-cd"),
+        (["--format", "kustomize-patch"], "--format kustomize-patch: --target-name is required"),
+        (["--format", "capi", "extra"], "--format capi: takes no argument, got 'extra'"),
+    ],
+)
+def test_bad_formats_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["render", str(EXAMPLE), *argv])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_capi_format_needs_capi_enabled(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["render", str(EXAMPLE), "--format", "capi"]) == 2
+    assert "capi.enabled: false (expected true to render the Cluster API objects)" in capsys.readouterr().err

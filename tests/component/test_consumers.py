@@ -1,0 +1,138 @@
+"""ClusterProxy's consumers under mocks: Helm values outputs and Secrets, Cluster API Secrets, the Kyverno policy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+import pytest
+import yaml
+
+from proxy_component import ClusterProxy, ClusterProxyArgs, SettingsError
+from proxy_component.render.helm import PROFILES
+from tests.conftest import Harness, holds_secret
+
+SECRET = "kubernetes:core/v1:Secret"
+CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
+POLICY = "kubernetes:kyverno.io/v1:ClusterPolicy"
+PASSWORD = "mySuperSecretPassword"
+
+GIANT_SWARM: dict[str, Any] = {
+    "cluster": {"name": "mycluster", "podCidrs": ["100.64.0.0/13"], "serviceCidrs": ["100.96.0.0/11"]},
+    "proxy": {
+        "httpProxy": f"http://myProxyUser:{PASSWORD}@192.168.52.220:3128",
+        "noProxy": ["172.16.0.0/16", "internal.corpdomain.net", "example.com"],
+    },
+    "capi": {"enabled": True, "namespace": "org-giantswarm", "tkgAddons": True},
+    "injection": {"kyverno": True},
+    "helmValuesSecrets": [{"profile": "cert-manager", "namespace": "flux-system"}],
+    "namespaces": ["apps"],
+}
+PLAIN: dict[str, Any] = {
+    "cluster": {"name": "lab", "podCidrs": ["10.244.0.0/16"]},
+    "proxy": {"upstream": {"url": "http://proxy.corp:3128"}},
+    "capi": {"enabled": True},
+    "injection": {"kyverno": True},
+    "namespaces": ["apps"],
+}
+
+
+def test_helm_values_are_outputs_for_every_profile(mocked: Harness) -> None:
+    proxy = ClusterProxy("egress", ClusterProxyArgs(settings=PLAIN))
+    assert sorted(proxy.helm_values) == sorted(PROFILES)
+    no_proxy = mocked.value(proxy.no_proxy)
+    url = "http://http-proxy.kube-system.svc.cluster.local:8888"
+    assert mocked.value(proxy.helm_values["cert-manager"]) == {
+        "http_proxy": url,
+        "https_proxy": url,
+        "no_proxy": no_proxy,
+    }
+    assert not mocked.secret(proxy.helm_values["cert-manager"])
+
+
+def test_management_objects_go_through_the_management_provider(mocked: Harness) -> None:
+    workload = k8s.Provider("workload", kubeconfig="w")
+    management = k8s.Provider("management", kubeconfig="m")
+    proxy = ClusterProxy(
+        "egress",
+        ClusterProxyArgs(settings=GIANT_SWARM, management_provider=management),
+        pulumi.ResourceOptions(providers=[workload]),
+    )
+    assert proxy.kubeadm_config_spec is not None
+    spec = mocked.value(proxy.kubeadm_config_spec)
+    assert spec["files"][0]["contentFrom"] == {"secret": {"name": "mycluster-systemd-proxy", "key": "containerdProxy"}}
+    registered = mocked.settle()
+    by_name = {r.name: r for r in registered}
+    capi = [
+        "egress-systemd-proxy",
+        "egress-cluster-values",
+        "egress-mycluster-vsphere-cpi-addon",
+        "egress-mycluster-vsphere-csi-addon",
+        "egress-mycluster-kapp-controller-addon",
+    ]
+    for name in capi:
+        assert by_name[name].typ == SECRET
+        assert by_name[name].provider is not None
+        assert "::management::" in str(by_name[name].provider)
+    for r in registered:
+        if r.typ.startswith("kubernetes:") and r.name not in capi and r.typ != "pulumi:providers:kubernetes":
+            assert "::workload::" in str(r.provider), r.name
+    values = yaml.safe_load(by_name["egress-cluster-values"].inputs["stringData"]["values"])
+    assert values["cluster"]["proxy"]["http"] == f"http://myProxyUser:{PASSWORD}@192.168.52.220:3128"
+    assert values["no_proxy"] == values["cluster"]["proxy"]["noProxy"] == mocked.value(proxy.no_proxy)
+
+
+def test_with_credentials_every_carrier_is_a_secret(mocked: Harness) -> None:
+    proxy = ClusterProxy("egress", ClusterProxyArgs(settings=GIANT_SWARM))
+    registered = mocked.settle()
+    for r in registered:
+        if r.typ != SECRET:
+            assert PASSWORD not in repr(r.inputs), f"{r.typ} {r.name} carries the password"
+    # Only tinyproxy's own config stays a ConfigMap: pods use the credentialed URL directly, tinyproxy has no upstream.
+    assert [r.name for r in registered if r.typ == CONFIG_MAP] == ["egress-tinyproxy-config"]
+    for r in registered:
+        if r.typ == SECRET:
+            assert holds_secret(r.raw_inputs["stringData"]), r.name
+    assert mocked.secret(proxy.helm_values["giantswarm-cluster-values"])
+    policy = next(r for r in registered if r.typ == POLICY)
+    rules = policy.inputs["spec"]["rules"]
+    assert rules[0]["generate"]["clone"] == {"namespace": "kube-system", "name": "proxy-config"}
+    env = rules[1]["mutate"]["foreach"][0]["patchStrategicMerge"]["spec"]["containers"][0]["env"][0]
+    assert env == {"name": "HTTP_PROXY", "valueFrom": {"secretKeyRef": {"name": "proxy-config", "key": "HTTP_PROXY"}}}
+    # The clone source exists: proxy-config is also a Secret in the proxy's namespace.
+    assert {r.inputs["metadata"]["namespace"] for r in registered if r.name.startswith("egress-proxy-config-")} == {
+        "apps",
+        "kube-system",
+    }
+    values_secret = next(r for r in registered if r.name.startswith("egress-helm-values-"))
+    assert values_secret.inputs["metadata"] == {
+        "name": "cert-manager-proxy-values",
+        "namespace": "flux-system",
+        "labels": {"app.kubernetes.io/part-of": "proxy-component", "proxy-component.io/helm-profile": "cert-manager"},
+    }
+    assert yaml.safe_load(values_secret.inputs["stringData"]["values.yaml"])["http_proxy"].endswith(
+        "@192.168.52.220:3128"
+    )
+
+
+def test_capi_uses_the_upstream_for_nodes_and_the_service_for_pods(mocked: Harness) -> None:
+    ClusterProxy("egress", ClusterProxyArgs(settings=PLAIN))
+    registered = {r.name: r for r in mocked.settle()}
+    dropin = registered["egress-systemd-proxy"].inputs["stringData"]["containerdProxy"]
+    assert 'Environment="HTTP_PROXY=http://proxy.corp:3128"' in dropin
+    config = registered["egress-proxy-config-apps"].inputs["data"]
+    assert config["HTTP_PROXY"] == "http://http-proxy.kube-system.svc.cluster.local:8888"
+    policy = registered["egress-kyverno-policy"]
+    assert [rule["name"] for rule in policy.inputs["spec"]["rules"]] == [
+        "inject-containers",
+        "inject-initcontainers",
+        "inject-ephemeralcontainers",
+    ]
+
+
+def test_an_unknown_helm_profile_is_refused_before_anything_is_created(mocked: Harness) -> None:
+    settings = {**PLAIN, "helmValuesSecrets": [{"profile": "nginx", "namespace": "apps"}]}
+    with pytest.raises(SettingsError, match=r"helmValuesSecrets\[0\]\.profile: 'nginx' is not a known profile"):
+        ClusterProxy("egress", ClusterProxyArgs(settings=settings))
+    assert [r.name for r in mocked.settle() if r.typ != "proxy-component:index:ClusterProxy"] == []

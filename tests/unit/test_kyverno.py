@@ -1,0 +1,103 @@
+"""The Kyverno ClusterPolicy: what it injects, where, and what it leaves alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from proxy_component.render import plain_values
+from proxy_component.render.env import ENV_NAMES
+from proxy_component.render.kyverno import POLICY_NAME, cluster_policy
+from proxy_component.settings import Settings, parse_settings
+
+BASE: dict[str, Any] = {"cluster": {"podCidrs": ["10.244.0.0/16"]}, "injection": {"kyverno": True}}
+
+
+def _policy(**overrides: Any) -> tuple[Settings, dict[str, Any]]:
+    settings = parse_settings({**BASE, **overrides})
+    return settings, cluster_policy(settings, plain_values(settings))
+
+
+def _rule(policy: dict[str, Any], name: str) -> dict[str, Any]:
+    rules: list[dict[str, Any]] = [r for r in policy["spec"]["rules"] if r["name"] == name]
+    assert len(rules) == 1
+    return rules[0]
+
+
+def test_one_rule_per_container_list_and_one_foreach_per_variable() -> None:
+    _, policy = _policy()
+    assert policy["metadata"]["name"] == POLICY_NAME
+    assert policy["metadata"]["annotations"]["pod-policies.kyverno.io/autogen-controllers"] == "none"
+    for name, field, kind in (
+        ("inject-containers", "containers", "Pod"),
+        ("inject-initcontainers", "initContainers", "Pod"),
+        ("inject-ephemeralcontainers", "ephemeralContainers", "Pod/ephemeralcontainers"),
+    ):
+        rule = _rule(policy, name)
+        assert rule["match"] == {"any": [{"resources": {"kinds": [kind]}}]}
+        foreach = rule["mutate"]["foreach"]
+        assert [f["patchStrategicMerge"]["spec"][field][0]["env"][0]["name"] for f in foreach] == list(ENV_NAMES)
+        assert all(f["list"] == f"request.object.spec.{field}" for f in foreach)
+        assert all(f["patchStrategicMerge"]["spec"][field][0]["(name)"] == "{{ element.name }}" for f in foreach)
+
+
+def test_an_existing_variable_is_never_overwritten() -> None:
+    _, policy = _policy()
+    for f in _rule(policy, "inject-containers")["mutate"]["foreach"]:
+        name = f["patchStrategicMerge"]["spec"]["containers"][0]["env"][0]["name"]
+        assert f["preconditions"] == {
+            "all": [
+                {"key": f"{{{{ element.env[?name=='{name}'] || `[]` | length(@) }}}}", "operator": "Equals", "value": 0}
+            ]
+        }
+
+
+def test_optional_lists_are_guarded() -> None:
+    _, policy = _policy()
+    assert "preconditions" not in _rule(policy, "inject-containers")
+    guard = _rule(policy, "inject-initcontainers")["preconditions"]["all"][0]
+    assert guard["key"] == "{{ request.object.spec.initContainers[] || `[]` | length(@) }}"
+
+
+@pytest.mark.parametrize(
+    ("injection", "namespaces", "annotation"),
+    [
+        ({}, ["kube-system"], "proxy-component.io/inject"),
+        (
+            {"excludeNamespaces": ["legacy", "kube-system", "flux-system"], "optOutAnnotation": "example.com/no-proxy"},
+            ["flux-system", "kube-system", "legacy"],
+            "example.com/no-proxy",
+        ),
+    ],
+)
+def test_exclusions_and_opt_out(injection: dict[str, Any], namespaces: list[str], annotation: str) -> None:
+    _, policy = _policy(injection={"kyverno": True, **injection})
+    assert _rule(policy, "inject-containers")["exclude"] == {
+        "any": [
+            {"resources": {"namespaces": namespaces}},
+            {"resources": {"kinds": ["Pod"], "annotations": {annotation: "false"}}},
+        ]
+    }
+
+
+def test_literals_without_credentials() -> None:
+    settings, policy = _policy()
+    entry = _rule(policy, "inject-containers")["mutate"]["foreach"][4]["patchStrategicMerge"]["spec"]["containers"][0]
+    assert entry["env"] == [{"name": "NO_PROXY", "value": str(settings.no_proxy())}]
+    assert policy["spec"]["rules"][0]["name"] == "inject-containers"
+
+
+def test_credentials_use_secret_refs_and_a_clone_of_the_secret() -> None:
+    _, policy = _policy(proxy={"httpProxy": "http://u:hunter2@proxy.corp:3128"})
+    assert "hunter2" not in repr(policy)
+    clone = _rule(policy, "clone-proxy-config")
+    assert clone["generate"]["clone"] == {"namespace": "kube-system", "name": "proxy-config"}
+    assert clone["generate"]["synchronize"] is True
+    assert clone["exclude"] == {"any": [{"resources": {"names": ["kube-system"]}}]}
+    env = _rule(policy, "inject-containers")["mutate"]["foreach"][2]["patchStrategicMerge"]["spec"]["containers"][0][
+        "env"
+    ]
+    assert env == [
+        {"name": "HTTPS_PROXY", "valueFrom": {"secretKeyRef": {"name": "proxy-config", "key": "HTTPS_PROXY"}}}
+    ]
