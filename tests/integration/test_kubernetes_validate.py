@@ -17,6 +17,7 @@ import kubernetes_validate
 import kubernetes_validate.utils
 import pytest
 import yaml
+from jsonschema import Draft7Validator
 
 from proxy_component.render import manifests
 from proxy_component.settings import Settings, SettingsError, parse_settings
@@ -95,9 +96,19 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 
 
+_CRD_SCHEMAS = {("kyverno.io/v1", "ClusterPolicy"): "kyverno-clusterpolicy-v1.yaml"}
+
+
 def _validate_all(objects: list[dict[str, Any]]) -> None:
+    """Core objects through kubernetes-validate --strict; custom resources against their CRD's schema."""
     assert objects, "manifests() emitted nothing"
     for obj in objects:
+        crd = _CRD_SCHEMAS.get((obj["apiVersion"], obj["kind"]))
+        if crd is not None:
+            schema = yaml.safe_load((Path(__file__).parent.parent / "fixtures/crds" / crd).read_text())
+            errors = [e.message for e in Draft7Validator(schema).iter_errors(obj)]
+            assert errors == [], f"{obj['kind']}/{obj['metadata']['name']}: {errors}"
+            continue
         try:
             kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
         except kubernetes_validate.utils.ValidationError as exc:
