@@ -33,7 +33,7 @@ from .render.env import ProxyValues, env_vars, proxy_config_object
 from .render.helm import PROFILES, check_values_secrets, helm_values, values_secret, values_secret_name, values_yaml
 from .render.kyverno import cluster_policy
 from .render.proxy import config_digest, ip_family_fields, tinyproxy_conf
-from .settings import NETWORK_FIELDS, NetworkValues, Settings, SettingsError, parse_settings
+from .settings import Settings, SettingsError, parse_settings
 
 __all__ = ["ClusterNetwork", "ClusterProxy", "ClusterProxyArgs"]
 
@@ -58,14 +58,6 @@ class ClusterProxyArgs:
     network: ClusterNetwork | None = None
     management_provider: pulumi.ProviderResource | None = None
     """Provider of the Cluster API management cluster, for the `capi` Secrets; default: the component's."""
-
-
-def _as_list(value: Any) -> list[str]:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [value]
-    return [str(v) for v in value]
 
 
 def _child_opts(parent: pulumi.Resource, extra: pulumi.ResourceOptions | None = None) -> pulumi.ResourceOptions:
@@ -206,16 +198,7 @@ class ClusterProxy(pulumi.ComponentResource):
         """NO_PROXY and tinyproxy's Allow list, from the settings plus the network's Outputs once known."""
         if network is None:
             return pulumi.Output.from_input((settings.no_proxy(), settings.allowed_sources()))
-        origin = network.origin
-
-        origins = dict(network.origins)
-
-        def resolve(v: dict[str, Any]) -> tuple[NoProxy, list[str]]:
-            lists = {name: _as_list(v[name]) for name in NETWORK_FIELDS}
-            values = NetworkValues(origin=origin, origins=origins, **lists)
-            return settings.no_proxy(values), settings.allowed_sources(values)
-
-        return pulumi.Output.all(**{name: getattr(network, name) for name in NETWORK_FIELDS}).apply(resolve)
+        return network.values().apply(lambda values: (settings.no_proxy(values), settings.allowed_sources(values)))
 
     def _create(
         self, logical_name: str, obj: Obj, extra: pulumi.ResourceOptions | None = None

@@ -2,30 +2,118 @@
 
 The root `Pulumi.yaml` runs this; each cluster is a stack (`Pulumi.<cluster>.yaml`)
 whose `proxy-component:` keys hold the same settings as the command's YAML file.
+`proxy-component:discover` names an existing EKS, GKE or AKS cluster whose
+network is then read from the cloud instead of typed into the config.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 from pulumi.runtime.config import CONFIG, get_config_env
+from pydantic.alias_generators import to_camel
 
 from .component import ClusterProxy, ClusterProxyArgs
-from .settings import Settings, SettingsError, parse_settings
+from .discovery import ClusterNetwork
+from .settings import NETWORK_FIELDS, Settings, SettingsError, parse_settings
 
-__all__ = ["CONFIG_NAMESPACE", "main", "settings_from_config"]
+__all__ = ["CONFIG_NAMESPACE", "Discover", "discover_from_config", "main", "settings_from_config"]
 
 CONFIG_NAMESPACE = "proxy-component"
-SETTINGS_KEYS = ("proxy", "cluster", "deployment", "namespaces")
+# The settings' top-level keys, as the YAML file spells them (camelCase).
+SETTINGS_KEYS = tuple(info.alias or name for name, info in Settings.model_fields.items())
 PROVIDER_KEYS = ("renderYamlToDirectory", "kubeconfig", "context")
+DISCOVER_KEY = "discover"
+
+_DISCOVER = f"{CONFIG_NAMESPACE}:{DISCOVER_KEY}"
+# For each cloud: the keys it requires, then those it also accepts.
+_CLOUD_KEYS = {
+    "aws": (("name",), ("region",)),
+    "gcp": (("name", "location"), ("project",)),
+    "azure": (("name", "resourceGroup"), ()),
+}
+_OVERRIDE_KEYS = {to_camel(name): name for name in (*NETWORK_FIELDS, "ip_family")}
+
+
+@dataclass(frozen=True)
+class Discover:
+    """An existing cluster to read the network of, from `proxy-component:discover`."""
+
+    cloud: str
+    name: str
+    region: str | None = None
+    location: str | None = None
+    project: str | None = None
+    resource_group: str | None = None
+    override: Mapping[str, Any] = field(default_factory=dict)
+
+    def network(self) -> ClusterNetwork:
+        """The cluster's network through the cloud's get-function; `override` replaces fields, named in provenance."""
+        if self.cloud == "aws":
+            from .discovery import eks
+
+            network = eks.from_existing(self.name, region=self.region)
+        elif self.cloud == "gcp":
+            from .discovery import gke
+
+            network = gke.from_existing(self.name, self.location or "", self.project)
+        else:
+            from .discovery import aks
+
+            network = aks.from_existing(self.name, self.resource_group or "")
+        if self.override:
+            network = network.override(origin=f"{_DISCOVER}.override", **self.override)
+        return network
+
+
+def discover_from_config(value: Any) -> Discover | None:
+    """Validate `proxy-component:discover` ({cloud, name, region | location, project | resourceGroup, override})."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise SettingsError([f"{_DISCOVER}: {value!r} is not an object (expected e.g. {{cloud: aws, name: prod}})"])
+    cloud = value.get("cloud")
+    if cloud not in _CLOUD_KEYS:
+        raise SettingsError([f"{_DISCOVER}.cloud: {cloud!r} is not a cloud (expected aws, gcp or azure)"])
+    needed, optional = _CLOUD_KEYS[cloud]
+    accepted = ("cloud", *needed, *optional, "override")
+    problems = [
+        f"{_DISCOVER}.{key}: unknown key for cloud {cloud} (accepted: {', '.join(sorted(accepted))})"
+        for key in sorted(set(value) - set(accepted))
+    ]
+    for key in (*needed, *optional):
+        given = value.get(key)
+        if key in needed and given is None:
+            problems.append(f"{_DISCOVER}.{key}: required for cloud {cloud}")
+        elif given is not None and (not isinstance(given, str) or not given):
+            problems.append(f"{_DISCOVER}.{key}: {given!r} is not a non-empty string")
+    override = value.get("override") or {}
+    if not isinstance(override, Mapping):
+        problems.append(f"{_DISCOVER}.override: {override!r} is not an object (expected e.g. {{serviceCidrs: [...]}})")
+        override = {}
+    for key in sorted(set(override) - set(_OVERRIDE_KEYS)):
+        problems.append(f"{_DISCOVER}.override.{key}: unknown key (accepted: {', '.join(sorted(_OVERRIDE_KEYS))})")
+    if problems:
+        raise SettingsError(problems)
+    return Discover(
+        cloud=cloud,
+        name=value["name"],
+        region=value.get("region"),
+        location=value.get("location"),
+        project=value.get("project"),
+        resource_group=value.get("resourceGroup"),
+        override={_OVERRIDE_KEYS[k]: v for k, v in override.items()},
+    )
 
 
 def settings_from_config(config: pulumi.Config | None = None) -> Settings:
     """Read `proxy-component:{proxy,cluster,deployment,namespaces}`; any other key in the namespace is an error."""
     config = config or pulumi.Config(CONFIG_NAMESPACE)
-    known = {f"{CONFIG_NAMESPACE}:{k}" for k in (*SETTINGS_KEYS, *PROVIDER_KEYS)}
+    known = {f"{CONFIG_NAMESPACE}:{k}" for k in (*SETTINGS_KEYS, *PROVIDER_KEYS, DISCOVER_KEY)}
     present = {*get_config_env(), *CONFIG.get()}
     unknown = sorted(k for k in present if k.startswith(f"{CONFIG_NAMESPACE}:") and k not in known)
     if unknown:
@@ -57,9 +145,12 @@ def _provider(config: pulumi.Config) -> k8s.Provider | None:
 def main() -> ClusterProxy:
     config = pulumi.Config(CONFIG_NAMESPACE)
     settings = settings_from_config(config)
+    discover = discover_from_config(config.get_object(DISCOVER_KEY))
+    network = discover.network() if discover is not None else None
     provider = _provider(config)
     opts = pulumi.ResourceOptions(providers=[provider]) if provider is not None else None
-    proxy = ClusterProxy(settings.cluster.name or pulumi.get_stack(), ClusterProxyArgs(settings=settings), opts)
+    name = settings.cluster.name or pulumi.get_stack()
+    proxy = ClusterProxy(name, ClusterProxyArgs(settings=settings, network=network), opts)
     pulumi.export("noProxy", proxy.no_proxy)
     pulumi.export("httpProxy", proxy.http_proxy)
     pulumi.export("httpsProxy", proxy.https_proxy)

@@ -90,11 +90,11 @@ class RecordingMocks(pulumi.runtime.Mocks):
         self.registered.append(Registered(args.typ, args.name, inputs, args.provider))
         return f"{args.name}-id", {**inputs, **self.state.get(args.typ, {})}
 
-    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[Any, Any], list[tuple[str, str]] | None]:
+    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[Any, Any], list[tuple[str, str]]]:
         self.invoked.append((args.token, dict(args.args)))
         if args.token not in self.calls:
             raise KeyError(f"unexpected invoke {args.token}")
-        return self.calls[args.token], None
+        return self.calls[args.token], []
 
 
 @dataclass
@@ -144,7 +144,8 @@ class Harness:
         return found[0]
 
 
-def _harness(preview: bool) -> Iterator[Harness]:
+def harness(preview: bool) -> Iterator[Harness]:
+    """A mocked program: its own event loop and mocks, torn down (and the executor shut down) at the end."""
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     mocks = RecordingMocks()
@@ -157,6 +158,7 @@ def _harness(preview: bool) -> Iterator[Harness]:
         with contextlib.suppress(Exception):
             loop.run_until_complete(wait_for_rpcs())
         reset_options()
+        loop.run_until_complete(loop.shutdown_default_executor())
         loop.close()
         asyncio.set_event_loop(None)
 
@@ -164,10 +166,10 @@ def _harness(preview: bool) -> Iterator[Harness]:
 @pytest.fixture
 def mocked() -> Iterator[Harness]:
     """A Pulumi program under mocks, as in `pulumi up`."""
-    yield from _harness(preview=False)
+    yield from harness(preview=False)
 
 
 @pytest.fixture
 def mocked_preview() -> Iterator[Harness]:
     """A Pulumi program under mocks, as in `pulumi preview`: outputs missing from state are unknown."""
-    yield from _harness(preview=True)
+    yield from harness(preview=True)

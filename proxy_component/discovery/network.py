@@ -8,7 +8,7 @@ from typing import Any
 
 import pulumi
 
-from ..settings import NETWORK_FIELDS
+from ..settings import NETWORK_FIELDS, NetworkValues
 
 __all__ = ["ClusterNetwork", "StrList"]
 
@@ -50,3 +50,19 @@ class ClusterNetwork:
             )
         origins = {**self.origins, **{name: origin for name in fields}}
         return replace(self, origins=origins, **fields)
+
+    def values(self) -> pulumi.Output[NetworkValues]:
+        """The Inputs resolved into the plain values the settings compose, with their origins."""
+        origin, origins = self.origin, dict(self.origins)
+
+        def resolve(resolved: dict[str, Any]) -> NetworkValues:
+            lists = {name: _as_list(resolved[name]) for name in NETWORK_FIELDS}
+            return NetworkValues(origin=origin, origins=origins, **lists)
+
+        return pulumi.Output.all(**{name: getattr(self, name) for name in NETWORK_FIELDS}).apply(resolve)
+
+
+def _as_list(value: Any) -> list[str]:
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else [str(v) for v in value]
