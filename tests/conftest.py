@@ -18,6 +18,7 @@ from pulumi.runtime.stack import wait_for_rpcs
 from pulumi.runtime.sync_await import _sync_await
 
 ROOT = Path(__file__).resolve().parent.parent
+SEEDS = ROOT / "tests/fixtures/seeds"
 SECRET_SIG = "4dabf18193072939515e22adb298388d"
 SECRET_VALUE = "1b47061264138c4ac30d75fd1eb44270"
 

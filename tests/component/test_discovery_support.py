@@ -7,7 +7,6 @@ import re
 import types
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -17,9 +16,9 @@ from pulumi.output import Unknown
 from proxy_component import ClusterNetwork, Settings, parse_settings
 from proxy_component.discovery import required
 from proxy_component.settings import NETWORK_FIELDS, NetworkValues
-from tests.conftest import ROOT, Harness, RecordingMocks, harness
+from tests.conftest import SEEDS, Harness, RecordingMocks, harness
 
-SEED_003 = Path(ROOT).parent / "shared/seeds/003_e15d5dedf3923704.txt"
+SEED_003 = SEEDS / "003_e15d5dedf3923704.txt"
 CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
 SERVICE = "kubernetes:core/v1:Service"
 

@@ -20,11 +20,11 @@ from proxy_component.render.kustomize import json_patch, kustomization
 from proxy_component.render.kyverno import cluster_policy
 from proxy_component.settings import Settings, parse_settings
 from proxy_component.transform import proxy_env_transform
-from tests.conftest import ROOT
+from tests.conftest import ROOT, SEEDS
 from tests.integration.test_kubernetes_validate import K8S_VERSION
 
 CRDS = ROOT / "tests/fixtures/crds"
-SEED_000 = (ROOT.parent / "shared/seeds/000_9330ad59d1de74a0.txt").read_text()
+SEED_000 = (SEEDS / "000_9330ad59d1de74a0.txt").read_text()
 
 CAPI: dict[str, Any] = {
     "cluster": {"name": "mycluster", "podCidrs": ["100.64.0.0/13"], "serviceCidrs": ["100.96.0.0/11"]},

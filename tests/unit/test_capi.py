@@ -21,9 +21,9 @@ from proxy_component.render.capi import (
 )
 from proxy_component.render.env import ProxyValues
 from proxy_component.settings import Settings, parse_settings
-from tests.conftest import ROOT
+from tests.conftest import SEEDS
 
-SEED_001 = (Path(ROOT).parent / "shared/seeds/001_4279155272499de0.txt").read_text()
+SEED_001 = (SEEDS / "001_4279155272499de0.txt").read_text()
 CAPI: dict[str, object] = {
     "cluster": {"name": "mycluster", "podCidrs": ["100.64.0.0/13"], "serviceCidrs": ["100.96.0.0/11"]},
     "proxy": {"httpProxy": "http://myProxyUser:mySuperSecretPassword@192.168.52.220:3128"},
@@ -151,7 +151,7 @@ def test_capi_needs_a_proxy_nodes_can_reach() -> None:
     assert upstream.nodes_have_credentials
 
 
-SEED_002 = (Path(ROOT).parent / "shared/seeds/002_64844312cf5b41e1.txt").read_text()
+SEED_002 = (SEEDS / "002_64844312cf5b41e1.txt").read_text()
 TKG = ProxyValues(
     "http://asdf", "https://asdf2", ".svc.cluster.local,.svc,localhost,127.0.0.1,100.64.0.0/13,100.96.0.0/11"
 )
