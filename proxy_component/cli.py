@@ -36,6 +36,7 @@ def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
 
 
 _Dumper.add_representer(str, _str)
+_Dumper.ignore_aliases = lambda self, data: True  # type: ignore[method-assign]
 
 
 def dump(objects: Sequence[dict[str, Any]]) -> str:

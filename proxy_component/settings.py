@@ -96,6 +96,18 @@ def _dns_name(value: str) -> str:
     return name
 
 
+def _region(value: str) -> str:
+    if not re.match(r"^[a-z]{2}(-[a-z]+)+-[0-9]+$", value):
+        raise ValueError(f"{value!r} is not a cloud region (expected e.g. eu-west-1)")
+    return value
+
+
+def _dns_1035(value: str) -> str:
+    if not re.match(r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$", value):
+        raise ValueError(f"{value!r} is not a Service name (expected 1-63 of a-z, 0-9 and '-', starting with a letter)")
+    return value
+
+
 def _dns_label(value: str) -> str:
     if not _DNS_LABEL.match(value):
         raise ValueError(f"{value!r} is not a DNS-1123 label (expected 1-63 of a-z, 0-9 and '-', e.g. kube-system)")
@@ -121,6 +133,10 @@ def _no_proxy_entry(value: str) -> str:
         entry = parse_entry(value)
     except NoProxyError as exc:
         raise ValueError(str(exc)) from None
+    if entry.network is not None and entry.network.prefixlen == 0:
+        raise ValueError(
+            f"{value!r} would send no address through the proxy (expected a host, suffix, IP or a narrower CIDR)"
+        )
     if entry.value == "*":
         raise ValueError(
             f"{value!r} would disable the proxy for every host, and curl and Python honour '*' only as the whole "
@@ -129,13 +145,27 @@ def _no_proxy_entry(value: str) -> str:
     return value.strip()
 
 
+def _source_range(value: str) -> str:
+    """A range allowed to use the proxy: anything wider than /8 would make tinyproxy (nearly) an open proxy."""
+    network = ipaddress.ip_network(_cidr(value))
+    if network.prefixlen < 8:
+        raise ValueError(
+            f"{value!r} is wider than /8: tinyproxy would serve (nearly) every address as an open proxy "
+            "(expected the cluster's own pod or node ranges, e.g. 10.244.0.0/16)"
+        )
+    return str(network)
+
+
 Cidr = Annotated[str, AfterValidator(_cidr)]
+SourceRange = Annotated[str, AfterValidator(_source_range)]
 IP = Annotated[str, AfterValidator(_ip)]
 DnsName = Annotated[str, AfterValidator(_dns_name)]
 DnsLabel = Annotated[str, AfterValidator(_dns_label)]
 ApiHost = Annotated[str, AfterValidator(_api_host)]
 NoProxyEntry = Annotated[str, AfterValidator(_no_proxy_entry)]
-Port = Annotated[int, Field(ge=1, le=65535)]
+Port = Annotated[int, Field(strict=True, ge=1, le=65535)]
+# tinyproxy runs as nobody with every capability dropped, on the node's network: it cannot bind below 1024.
+ListenPort = Annotated[int, Field(strict=True, ge=1024, le=65535)]
 
 
 def _proxy_url(value: str) -> str:
@@ -148,7 +178,10 @@ def _proxy_url(value: str) -> str:
     try:
         port = parts.port
     except ValueError:
-        raise ValueError(f"{_redact(value)!r} has a port that is not a number from 1 to 65535 ({accepted})") from None
+        raise ValueError(
+            f"{_redact(value)!r} has a port that is not a number from 1 to 65535, or a password with an unencoded "
+            f"'#', '/' or '?' (percent-encode it, e.g. %23) ({accepted})"
+        ) from None
     if parts.scheme not in ("http", "https"):
         raise ValueError(f"{_redact(value)!r} has scheme {parts.scheme or 'none'!r} ({accepted})")
     if not parts.hostname:
@@ -163,16 +196,26 @@ def _proxy_url(value: str) -> str:
 
 
 def _redact(url: str) -> str:
-    """The URL with any password replaced, safe for messages and plain outputs."""
-    try:
-        parts = urlsplit(url)
-        if parts.password is None and parts.username is None:
-            return url
-        host = parts.netloc.rpartition("@")[2]
-        user = parts.username or ""
-        return parts._replace(netloc=f"{user}:***@{host}" if parts.password is not None else f"{user}@{host}").geturl()
-    except ValueError:
-        return "<unparseable URL>"
+    """The URL with any userinfo replaced, safe for messages and plain outputs.
+
+    Works on text urlsplit cannot parse (an unencoded '#', '/' or '?' in a
+    password): everything between '://' and the last '@' is hidden.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest:
+        return url
+    return f"{scheme}://***@{rest.rpartition('@')[2]}"
+
+
+def _shown(path: str, value: Any) -> str:
+    """How an invalid input appears in an error: never a password, a credentialed URL or a whole mapping."""
+    if "password" in path.lower():
+        return "(hidden)"
+    if isinstance(value, str):
+        return repr(_redact(value))
+    if isinstance(value, (Mapping, list, tuple)):
+        return f"(a {type(value).__name__})"
+    return repr(value)
 
 
 ProxyUrl = Annotated[str, AfterValidator(_proxy_url)]
@@ -188,7 +231,7 @@ class _Model(BaseModel):
         validate_by_alias=True,
         extra="forbid",
         frozen=True,
-        hide_input_in_errors=False,
+        hide_input_in_errors=True,
     )
 
 
@@ -284,14 +327,16 @@ class ClusterSettings(_Model):
 
     name: DnsLabel | None = None
     dns_domain: DnsName = "cluster.local"
-    pod_cidrs: list[Cidr] = Field(default_factory=list)
+    pod_cidrs: list[SourceRange] = Field(default_factory=list)
     service_cidrs: list[Cidr] = Field(default_factory=list)
-    node_cidrs: list[Cidr] = Field(default_factory=list)
+    node_cidrs: list[SourceRange] = Field(default_factory=list)
     api_server_hosts: list[ApiHost] = Field(default_factory=list)
     api_server_ips: list[IP] = Field(default_factory=list)
     ip_family: IpFamily | None = Field(default=None, description="Inferred from the pod and service CIDRs when unset.")
     cloud: Cloud = "none"
-    region: str | None = Field(default=None, description="AWS region, for the .compute.internal suffix.")
+    region: Annotated[str, AfterValidator(_region)] | None = Field(
+        default=None, description="AWS region, for the .compute.internal suffix."
+    )
 
     @model_validator(mode="after")
     def _check_family(self) -> ClusterSettings:
@@ -341,19 +386,61 @@ class Resources(_Model):
         return dict(sorted(value.items()))
 
 
+# Hosts the proxy must never reach from the node's network: the node itself, link-local and metadata
+# endpoints, and spellings of loopback (0.x, bare integers, hex, IPv4-mapped IPv6) that resolve to it.
+DEFAULT_DENY: tuple[str, ...] = (
+    r"^(.+\.)?localhost\.?$",
+    r"^127\.",
+    r"^0\.",
+    r"^[0-9]+$",
+    r"^0x",
+    r"^\[?::1?\]?$",
+    r"^\[?::ffff:",
+    r"^169\.254\.",
+    r"^\[?fe80:",
+    r"^\[?fd00:ec2::",
+    r"^metadata(\.google\.internal)?\.?$",
+    r"^168\.63\.129\.16$",
+)
+
+
 class DeploymentSettings(_Model):
     """The in-cluster tinyproxy: where it runs, which image, and who may use it for what."""
 
     enabled: bool = True
     namespace: DnsLabel = "kube-system"
-    service_name: DnsLabel = "http-proxy"
-    port: Port = 8888
+    service_name: Annotated[str, AfterValidator(_dns_1035)] = "http-proxy"
+    port: ListenPort = 8888
     image: str = Field(default="docker.io/vimagick/tinyproxy:latest", min_length=1)
     resources: Resources = Field(default_factory=Resources)
-    allowed_source_cidrs: list[Cidr] = Field(default_factory=list)
+    allowed_source_cidrs: list[SourceRange] = Field(default_factory=list)
     connect_ports: list[Port] = Field(default_factory=lambda: [443])
     internal_traffic_policy: Literal["Cluster", "Local"] = "Cluster"
-    max_clients: int = Field(default=1024, ge=1)
+    max_clients: int = Field(default=1024, ge=1, le=65535)
+    deny_destinations: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_DENY),
+        description="Extended regular expressions over the request's host that tinyproxy refuses (its Filter).",
+    )
+    config_dir: str = Field(default="/etc/tinyproxy", description="Where the config is mounted in the container.")
+
+    @field_validator("deny_destinations")
+    @classmethod
+    def _patterns(cls, value: list[str]) -> list[str]:
+        for pattern in value:
+            if not pattern or any(ch in pattern for ch in '"\n\r'):
+                raise ValueError(f"{pattern!r} is not a one-line pattern (expected e.g. ^169\\.254\\.)")
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"{pattern!r} is not a regular expression ({exc})") from None
+        return value
+
+    @field_validator("config_dir")
+    @classmethod
+    def _config_dir(cls, value: str) -> str:
+        if not value.startswith("/") or any(ch.isspace() or ch == '"' for ch in value):
+            raise ValueError(f"{value!r} is not an absolute path without spaces (expected e.g. /etc/tinyproxy)")
+        return value.rstrip("/") or "/"
 
     @field_validator("connect_ports")
     @classmethod
@@ -476,11 +563,33 @@ class Settings(_Model):
                 "proxy.upstream.url is set: nodes cannot resolve the in-cluster Service name "
                 "(expected a proxy URL that nodes reach, e.g. http://proxy.corp:3128)"
             )
+        if self.capi.enabled:
+            self._check_node_urls()
         if not self.deployment.enabled and self.proxy.http_proxy is None:
             raise ValueError(
                 "proxy.httpProxy: required when deployment.enabled is false (expected the URL of the proxy pods should use)"
             )
         return self
+
+    def _check_node_urls(self) -> None:
+        p = self.proxy
+        field = (
+            "proxy.nodeHttpProxy" if p.node_http_proxy else "proxy.httpProxy" if p.http_proxy else "proxy.upstream.url"
+        )
+        for name, url in ((field, self.node_http_proxy), ("proxy.nodeHttpsProxy", self.node_https_proxy)):
+            host = (urlsplit(url).hostname or "") if url else ""
+            domain = self.cluster.dns_domain
+            if host.endswith((".svc", f".{domain}")) or ".svc." in host:
+                raise ValueError(
+                    f"{name}: {_redact(str(url))!r} is a cluster DNS name, which nodes (containerd, kubelet) cannot "
+                    "resolve (expected a proxy nodes reach directly: set proxy.nodeHttpProxy)"
+                )
+        if self.capi.export_to_kubeadm and self.nodes_have_credentials:
+            raise ValueError(
+                "capi.exportToKubeadm: the node proxy URL carries credentials, which kubeadm would copy into the "
+                "static pod manifests and which would stand in KubeadmControlPlane, not in a Secret "
+                "(expected exportToKubeadm: false, or a node proxy without credentials)"
+            )
 
     # --- derived values ---------------------------------------------------------------------
 
@@ -512,8 +621,7 @@ class Settings(_Model):
 
     @property
     def node_https_proxy(self) -> str | None:
-        p = self.proxy
-        return p.node_https_proxy or p.node_http_proxy or p.https_proxy or self.node_http_proxy
+        return self.proxy.node_https_proxy or self.node_http_proxy
 
     @property
     def nodes_have_credentials(self) -> bool:
@@ -570,7 +678,7 @@ class Settings(_Model):
             for name in ("pod_cidrs", "node_cidrs"):
                 for i, value in enumerate(getattr(network, name)):
                     try:
-                        raw.append(_cidr(value))
+                        raw.append(_source_range(value))
                     except ValueError as exc:
                         raise SettingsError([f"{network.origin_of(name)}[{i}]: {exc}"]) from None
         v4 = ipaddress.collapse_addresses(n for n in map(ipaddress.ip_network, raw) if n.version == 4)
@@ -627,16 +735,14 @@ def _format(exc: ValidationError) -> list[str]:
         if error["type"] == "extra_forbidden":
             accepted = _accepted_keys(Settings, loc)
             problems.append(f"{path}: unknown key (accepted: {accepted})")
-        elif error["type"] == "value_error" and msg.split(":", 1)[0].startswith(("proxy.", "cluster.", "deployment.")):
-            problems.append(msg)
+        elif error["type"] == "value_error" and re.match(r"^[a-z][A-Za-z0-9_]*\.[A-Za-z0-9_.\[\]]*: ", msg):
+            problems.append(msg)  # a model check that names its own field
         elif error["type"] == "value_error":
             problems.append(f"{path}: {msg}")
+        elif error["type"] == "missing":
+            problems.append(f"{path}: required (expected a value; see the README's settings reference)")
         else:
-            value = error.get("input")
-            shown = (
-                "(hidden)" if "password" in path.lower() else repr(_redact(value) if isinstance(value, str) else value)
-            )
-            problems.append(f"{path}: {shown}: {msg}")
+            problems.append(f"{path}: {_shown(path, error.get('input'))}: {msg}")
     return problems
 
 

@@ -25,6 +25,7 @@ __all__ = [
     "labels",
     "service",
     "tinyproxy_conf",
+    "tinyproxy_filter",
 ]
 
 Obj = dict[str, Any]
@@ -32,7 +33,7 @@ Obj = dict[str, Any]
 APP_LABEL = "app"
 CONFIG_HASH_ANNOTATION = "proxy-component/config-digest"
 CONFIG_KEY = "tinyproxy.conf"
-CONFIG_DIR = "/etc/tinyproxy"
+FILTER_KEY = "filter"
 
 
 def labels(settings: Settings) -> dict[str, str]:
@@ -74,6 +75,15 @@ def tinyproxy_conf(settings: Settings, allow: Sequence[str]) -> str:
         "# CONNECT (HTTPS tunnels) only to these ports.",
         *(f"ConnectPort {port}" for port in d.connect_ports),
     ]
+    if d.deny_destinations:
+        lines += [
+            "",
+            "# Never the node itself or the cloud's metadata endpoints, by CONNECT or plain HTTP.",
+            f"Filter {_quote(f'{d.config_dir}/{FILTER_KEY}')}",
+            "FilterType ere",
+            "FilterURLs Off",
+            "FilterDefaultDeny No",
+        ]
     upstream = settings.proxy.upstream
     if upstream is not None:
         host, port = upstream.endpoint
@@ -104,6 +114,11 @@ def _no_upstream_specs(entries: Sequence[str]) -> list[str]:
     return sorted(specs)
 
 
+def tinyproxy_filter(settings: Settings) -> str:
+    """The Filter file: one extended regular expression per line over the request's host, each refused."""
+    return "".join(f"{pattern}\n" for pattern in settings.deployment.deny_destinations)
+
+
 def config_digest(settings: Settings, conf: str) -> str:
     """The pod-template annotation that rolls the DaemonSet when the config changes.
 
@@ -111,10 +126,11 @@ def config_digest(settings: Settings, conf: str) -> str:
     so the digest is scrypt (about 40 ms, 16 MiB): guessing a password from it
     must be costly. Without credentials a sha256 is enough.
     """
+    content = (conf + "\0" + tinyproxy_filter(settings)).encode()
     if _upstream_has_credentials(settings):
-        digest = hashlib.scrypt(conf.encode(), salt=b"proxy-component/tinyproxy.conf", n=2**14, r=8, p=1, dklen=32)
+        digest = hashlib.scrypt(content, salt=b"proxy-component/tinyproxy.conf", n=2**14, r=8, p=1, dklen=32)
         return digest.hex()
-    return hashlib.sha256(conf.encode()).hexdigest()
+    return hashlib.sha256(content).hexdigest()
 
 
 def config_object(settings: Settings, conf: Any) -> Obj:
@@ -127,9 +143,16 @@ def config_object(settings: Settings, conf: Any) -> Obj:
             "kind": "Secret",
             "metadata": metadata,
             "type": "Opaque",
-            "stringData": {CONFIG_KEY: conf},
+            "stringData": _config_data(settings, conf),
         }
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": {CONFIG_KEY: conf}}
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": _config_data(settings, conf)}
+
+
+def _config_data(settings: Settings, conf: Any) -> Obj:
+    data: Obj = {CONFIG_KEY: conf}
+    if settings.deployment.deny_destinations:
+        data[FILTER_KEY] = tinyproxy_filter(settings)
+    return data
 
 
 def _upstream_has_credentials(settings: Settings) -> bool:
@@ -175,7 +198,7 @@ def daemonset(settings: Settings, digest: Any) -> Obj:
                         {
                             "name": "tinyproxy",
                             "image": d.image,
-                            "command": ["tinyproxy", "-d", "-c", f"{CONFIG_DIR}/{CONFIG_KEY}"],
+                            "command": ["tinyproxy", "-d", "-c", f"{d.config_dir}/{CONFIG_KEY}"],
                             "ports": [
                                 {"name": "http-proxy", "containerPort": d.port, "hostPort": d.port, "protocol": "TCP"}
                             ],
@@ -192,7 +215,7 @@ def daemonset(settings: Settings, digest: Any) -> Obj:
                                 "privileged": False,
                                 "capabilities": {"drop": ["ALL"]},
                             },
-                            "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}],
+                            "volumeMounts": [{"name": "config", "mountPath": d.config_dir, "readOnly": True}],
                         }
                     ],
                     "volumes": [{"name": "config", **volume_source}],

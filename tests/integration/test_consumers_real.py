@@ -28,7 +28,11 @@ SEED_000 = (SEEDS / "000_9330ad59d1de74a0.txt").read_text()
 
 CAPI: dict[str, Any] = {
     "cluster": {"name": "mycluster", "podCidrs": ["100.64.0.0/13"], "serviceCidrs": ["100.96.0.0/11"]},
-    "proxy": {"httpProxy": "http://user:s3cret@192.168.52.220:3128", "noProxy": ["internal.corpdomain.net"]},
+    "proxy": {
+        "httpProxy": "http://user:s3cret@192.168.52.220:3128",
+        "nodeHttpProxy": "http://192.168.52.220:3128",
+        "noProxy": ["internal.corpdomain.net"],
+    },
     "capi": {"enabled": True, "namespace": "org-giantswarm", "tkgAddons": True, "exportToKubeadm": True},
     "injection": {"kyverno": True},
     "helmValuesSecrets": [{"profile": "argo-cd", "namespace": "argocd"}],

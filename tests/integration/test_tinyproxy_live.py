@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 import yaml
 
-from proxy_component.render.proxy import tinyproxy_conf
+from proxy_component.render.proxy import tinyproxy_conf, tinyproxy_filter
 from proxy_component.settings import Settings, parse_settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -248,6 +248,12 @@ def start_tinyproxy(tinyproxy_bin: str, tmp_path: Path) -> Iterator[Callable[[Se
     procs: list[subprocess.Popen[bytes]] = []
 
     def start(settings: Settings) -> Tinyproxy:
+        # The config directory is a setting: point it here, so the rendered Filter line finds its file.
+        config_dir = tmp_path / f"config-{len(procs)}"
+        config_dir.mkdir()
+        deployment = settings.deployment.model_copy(update={"config_dir": str(config_dir)})
+        settings = settings.model_copy(update={"deployment": deployment})
+        (config_dir / "filter").write_text(tinyproxy_filter(settings), encoding="utf-8")
         rendered = tinyproxy_conf(settings, settings.allowed_sources())
         failures = []
         for attempt in range(3):  # another process may take the free port between the probe and tinyproxy's bind
@@ -302,9 +308,14 @@ def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+# The tests' origins listen on loopback, which the default Filter refuses: these settings keep only the
+# link-local rule, and test_default_filter_refuses_the_node_itself checks the defaults.
+REACHABLE_LOOPBACK = {"deployment": {"denyDestinations": [r"^169\.254\."]}}
+
+
 def example_settings(**extra: Any) -> Settings:
     """The IPv6-only example (pods in fd00:10:244::/56, nodes in 10.0.0.0/8 and fd00:10::/64) plus `extra`."""
-    return parse_settings(_merge(_example(), extra))
+    return parse_settings(_merge(_merge(_example(), REACHABLE_LOOPBACK), extra))
 
 
 # --- client --------------------------------------------------------------------------------
@@ -546,3 +557,29 @@ def test_no_upstream_ipv6_entry_goes_direct(
         response = _get_through_tunnel(sock, "[::1]", "/v6")
     assert response.endswith(b"origin v6 saw /v6\n"), response
     assert upstream.requests == []
+
+
+@pytest.mark.parametrize(
+    "host",
+    ["127.0.0.1", "localhost", "127.0.0.2", "0.0.0.0", "2130706433", "0x7f000001", "[::1]", "[::ffff:127.0.0.1]"],
+)
+def test_default_filter_refuses_the_node_itself(
+    start_tinyproxy: Callable[[Settings], Tinyproxy], origin: _Origin, host: str
+) -> None:
+    """With the default denyDestinations, neither plain HTTP nor CONNECT reaches the node's own services."""
+    settings = parse_settings(_example())
+    assert settings.deployment.deny_destinations, "the default must deny something"
+    proxy = start_tinyproxy(
+        settings.model_copy(
+            update={"deployment": settings.deployment.model_copy(update={"connect_ports": [443, origin.port]})}
+        )
+    )
+    sock = _client(proxy)
+    with sock:
+        sock.sendall(f"GET http://{host}:{origin.port}/secret HTTP/1.1\r\nHost: {host}:{origin.port}\r\n\r\n".encode())
+        head, _ = _read_head(sock)
+    assert _status_line(head) == b"HTTP/1.1 403 Filtered", head
+    sock, head, _ = _connect(proxy, f"{host}:{origin.port}")
+    with sock:
+        assert _status_line(head) == b"HTTP/1.1 403 Filtered", head
+    assert origin.seen == [], "the origin must never see a request"

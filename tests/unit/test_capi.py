@@ -32,9 +32,11 @@ CAPI: dict[str, object] = {
 VALUES = ProxyValues("http://proxy.corp:3128", "http://proxy.corp:3128", "localhost,127.0.0.1,.svc,10.0.0.0/8")
 
 
-def _settings(**capi: object) -> Settings:
+def _settings(proxy: dict[str, object] | None = None, **capi: object) -> Settings:
     data = yaml.safe_load(yaml.safe_dump(CAPI))
     data["capi"].update(capi)
+    if proxy is not None:
+        data["proxy"] = proxy
     return parse_settings(data)
 
 
@@ -109,7 +111,7 @@ def test_static_pods_get_no_proxy_by_default() -> None:
 
 
 def test_exporting_to_kubeadm_carries_the_complete_no_proxy() -> None:
-    spec = kubeadm_config_spec(_settings(exportToKubeadm=True), VALUES)
+    spec = kubeadm_config_spec(_settings({"httpProxy": "http://proxy.corp:3128"}, exportToKubeadm=True), VALUES)
     exports = [c for c in spec["preKubeadmCommands"] if c.startswith("export ")]
     assert [shlex.split(c)[1].split("=", 1)[0] for c in exports] == [
         "HTTP_PROXY",
@@ -121,7 +123,7 @@ def test_exporting_to_kubeadm_carries_the_complete_no_proxy() -> None:
     ]
     assert shlex.split(exports[4])[1] == f"NO_PROXY={VALUES.no_proxy}"
     with pytest.raises(ValueError, match="needs the node proxy values"):
-        kubeadm_config_spec(_settings(exportToKubeadm=True))
+        kubeadm_config_spec(_settings({"httpProxy": "http://proxy.corp:3128"}, exportToKubeadm=True))
 
 
 def test_control_plane_and_worker_templates_carry_the_fragment() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 
 from proxy_component.render.env import ProxyValues, env_vars, proxy_config_object
-from proxy_component.render.proxy import config_digest, config_object, tinyproxy_conf
+from proxy_component.render.proxy import config_digest, config_object, tinyproxy_conf, tinyproxy_filter
 from proxy_component.settings import parse_settings
 
 CLUSTER = {"podCidrs": ["10.244.0.0/16", "fd00:10:244::/56"], "nodeCidrs": ["192.168.0.0/24", "10.244.8.0/24"]}
@@ -51,9 +51,23 @@ def test_digest_is_scrypt_only_when_the_config_holds_credentials() -> None:
     plain = parse_settings({"cluster": CLUSTER})
     secret = parse_settings({"cluster": CLUSTER, "proxy": {"upstream": {"url": "http://u:p@proxy.corp:3128"}}})
     conf = "Port 8888\n"
-    assert config_digest(plain, conf) == hashlib.sha256(conf.encode()).hexdigest()
-    scrypt = hashlib.scrypt(conf.encode(), salt=b"proxy-component/tinyproxy.conf", n=2**14, r=8, p=1, dklen=32)
+    content = (conf + "\0" + tinyproxy_filter(plain)).encode()
+    assert config_digest(plain, conf) == hashlib.sha256(content).hexdigest()
+    scrypt = hashlib.scrypt(content, salt=b"proxy-component/tinyproxy.conf", n=2**14, r=8, p=1, dklen=32)
     assert config_digest(secret, conf) == scrypt.hex()
+
+
+def test_the_filter_ships_beside_the_config_and_changes_the_digest() -> None:
+    settings = parse_settings({"cluster": CLUSTER})
+    conf = tinyproxy_conf(settings, settings.allowed_sources())
+    assert 'Filter "/etc/tinyproxy/filter"' in conf.splitlines()
+    data = config_object(settings, conf)["data"]
+    assert data["filter"].splitlines()[:2] == [r"^(.+\.)?localhost\.?$", r"^127\."]
+    narrower = parse_settings({"cluster": CLUSTER, "deployment": {"denyDestinations": [r"^127\."]}})
+    assert config_digest(settings, conf) != config_digest(narrower, conf)
+    none = parse_settings({"cluster": CLUSTER, "deployment": {"denyDestinations": []}})
+    assert "Filter" not in tinyproxy_conf(none, none.allowed_sources())
+    assert "filter" not in config_object(none, conf)["data"]
 
 
 def test_env_has_both_spellings_with_identical_values() -> None:

@@ -32,6 +32,8 @@ def test_errors_never_echo_a_password() -> None:
         text = (ERRORS / f"{case}.expected").read_text()
         assert "hunter2" not in text
         assert "p@ss" not in text
+        assert "S3CRET" not in text
+        assert "S3#" not in text
 
 
 def test_all_problems_are_reported_at_once() -> None:
