@@ -17,7 +17,7 @@ from .render import capi_manifests, manifests, plain_values
 from .render.helm import PROFILES, values_yaml
 from .render.kustomize import kustomization
 from .render.kyverno import cluster_policy
-from .settings import Settings, SettingsError, load_settings, parse_settings
+from .settings import Settings, SettingsError, load_settings, parse_settings, redact_url
 
 FORMATS = ("manifests", "helm-values", "capi", "kustomize-patch", "kyverno")
 
@@ -117,7 +117,7 @@ def _no_proxy(args: argparse.Namespace) -> int:
 def _explain(args: argparse.Namespace) -> int:
     settings = _load(args.config)
     no_proxy = settings.no_proxy()
-    print(f"HTTP_PROXY / HTTPS_PROXY: {_redacted(settings.http_proxy)} / {_redacted(settings.https_proxy)}")
+    print(f"HTTP_PROXY / HTTPS_PROXY: {redact_url(settings.http_proxy)} / {redact_url(settings.https_proxy)}")
     print(f"NO_PROXY: {no_proxy}")
     print()
     print(f"{'entry (tokens)':<48} {'category':<16} origin")
@@ -130,15 +130,6 @@ def _explain(args: argparse.Namespace) -> int:
         for note in notes:
             print(f"  - {note}")
     return 0
-
-
-def _redacted(url: str) -> str:
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    return parts._replace(netloc=f"{parts.username}:***@{parts.netloc.rpartition('@')[2]}").geturl()
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -33,7 +33,7 @@ from .render.env import ProxyValues, env_vars, proxy_config_object
 from .render.helm import PROFILES, check_values_secrets, helm_values, values_secret, values_secret_name, values_yaml
 from .render.kyverno import cluster_policy
 from .render.proxy import config_digest, ip_family_fields, tinyproxy_conf
-from .settings import Settings, SettingsError, parse_settings
+from .settings import Settings, SettingsError, infer_ip_family, parse_settings
 
 __all__ = ["ClusterNetwork", "ClusterProxy", "ClusterProxyArgs"]
 
@@ -169,21 +169,30 @@ class ClusterProxy(pulumi.ComponentResource):
 
     @staticmethod
     def _ip_fields(settings: Settings, network: ClusterNetwork | None) -> dict[str, Any] | None:
-        """The Service's IP families from a discovered family, unless `cluster.ipFamily` is set explicitly."""
-        if settings.cluster.ip_family is not None or network is None or network.ip_family is None:
+        """The Service's IP families from the discovered network, unless `cluster.ipFamily` is set explicitly.
+
+        The network's own `ip_family` wins; otherwise the family of its service
+        and pod ranges (with the settings' own), else of its node ranges.
+        """
+        if settings.cluster.ip_family is not None or network is None:
             return None
         where = f"{network.origins.get('ip_family', network.origin)}.ipFamily"
+        c = settings.cluster
 
-        def fields(family: str) -> dict[str, Any]:
+        def fields(resolved: list[Any]) -> dict[str, Any]:
+            discovered, values = resolved
+            if discovered is None:
+                ranges = [*c.service_cidrs, *c.pod_cidrs, *values.service_cidrs, *values.pod_cidrs]
+                discovered = infer_ip_family(ranges, [*c.node_cidrs, *values.node_cidrs])
             try:
-                return ip_family_fields(family)
+                return ip_family_fields(discovered)
             except ValueError as exc:
                 raise SettingsError([f"{where}: {exc}"]) from None
 
-        family = pulumi.Output.from_input(network.ip_family)
+        family = pulumi.Output.all(network.ip_family, network.values()).apply(fields)
         return {
-            "ipFamilyPolicy": family.apply(lambda f: fields(f)["ipFamilyPolicy"]),
-            "ipFamilies": family.apply(lambda f: fields(f).get("ipFamilies")),
+            "ipFamilyPolicy": family.apply(lambda f: f["ipFamilyPolicy"]),
+            "ipFamilies": family.apply(lambda f: f.get("ipFamilies")),
         }
 
     def _report(self, composed: NoProxy) -> str:

@@ -53,8 +53,10 @@ __all__ = [
     "Settings",
     "SettingsError",
     "UpstreamSettings",
+    "infer_ip_family",
     "load_settings",
     "parse_settings",
+    "redact_url",
 ]
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
@@ -174,28 +176,28 @@ def _proxy_url(value: str) -> str:
     try:
         parts = urlsplit(value.strip())
     except ValueError:
-        raise ValueError(f"{_redact(value)!r} is not a URL ({accepted})") from None
+        raise ValueError(f"{redact_url(value)!r} is not a URL ({accepted})") from None
     try:
         port = parts.port
     except ValueError:
         raise ValueError(
-            f"{_redact(value)!r} has a port that is not a number from 1 to 65535, or a password with an unencoded "
+            f"{redact_url(value)!r} has a port that is not a number from 1 to 65535, or a password with an unencoded "
             f"'#', '/' or '?' (percent-encode it, e.g. %23) ({accepted})"
         ) from None
     if parts.scheme not in ("http", "https"):
-        raise ValueError(f"{_redact(value)!r} has scheme {parts.scheme or 'none'!r} ({accepted})")
+        raise ValueError(f"{redact_url(value)!r} has scheme {parts.scheme or 'none'!r} ({accepted})")
     if not parts.hostname:
-        raise ValueError(f"{_redact(value)!r} has no host ({accepted})")
+        raise ValueError(f"{redact_url(value)!r} has no host ({accepted})")
     if parts.path not in ("", "/") or parts.query or parts.fragment:
         raise ValueError(
-            f"{_redact(value)!r} has a path, query or fragment, which clients ignore or reject ({accepted})"
+            f"{redact_url(value)!r} has a path, query or fragment, which clients ignore or reject ({accepted})"
         )
     if port == 0:
-        raise ValueError(f"{_redact(value)!r} has port 0 ({accepted})")
+        raise ValueError(f"{redact_url(value)!r} has port 0 ({accepted})")
     return parts._replace(path="").geturl()
 
 
-def _redact(url: str) -> str:
+def redact_url(url: str) -> str:
     """The URL with any userinfo replaced, safe for messages and plain outputs.
 
     Works on text urlsplit cannot parse (an unencoded '#', '/' or '?' in a
@@ -212,7 +214,7 @@ def _shown(path: str, value: Any) -> str:
     if "password" in path.lower():
         return "(hidden)"
     if isinstance(value, str):
-        return repr(_redact(value))
+        return repr(redact_url(value))
     if isinstance(value, (Mapping, list, tuple)):
         return f"(a {type(value).__name__})"
     return repr(value)
@@ -250,11 +252,11 @@ class UpstreamSettings(_Model):
         parts = urlsplit(self.url)
         if parts.scheme != "http":
             raise ValueError(
-                f"proxy.upstream.url: {_redact(self.url)!r} must use http:// (tinyproxy reaches upstreams over plain HTTP)"
+                f"proxy.upstream.url: {redact_url(self.url)!r} must use http:// (tinyproxy reaches upstreams over plain HTTP)"
             )
         if parts.hostname and ":" in parts.hostname:
             raise ValueError(
-                f"proxy.upstream.url: {_redact(self.url)!r} has an IPv6 host, which tinyproxy 1.11's Upstream cannot "
+                f"proxy.upstream.url: {redact_url(self.url)!r} has an IPv6 host, which tinyproxy 1.11's Upstream cannot "
                 "parse (expected a host name or an IPv4 address)"
             )
         for i, raw in enumerate(self.no_upstream):
@@ -356,12 +358,16 @@ class ClusterSettings(_Model):
     def effective_ip_family(self) -> IpFamily:
         if self.ip_family is not None:
             return self.ip_family
-        versions = {ipaddress.ip_network(c).version for c in (*self.service_cidrs, *self.pod_cidrs)}
-        if versions == {6}:
-            return "ipv6"
-        if versions == {4, 6}:
-            return "dual"
-        return "ipv4"
+        return infer_ip_family([*self.service_cidrs, *self.pod_cidrs], self.node_cidrs)
+
+
+def infer_ip_family(cluster_ranges: Sequence[str], node_ranges: Sequence[str] = ()) -> IpFamily:
+    """The family of the service and pod ranges; of the node ranges when those are unknown; ipv4 when nothing is."""
+    for ranges in (cluster_ranges, node_ranges):
+        versions = {ipaddress.ip_network(c, strict=False).version for c in ranges}
+        if versions:
+            return {frozenset({4}): "ipv4", frozenset({6}): "ipv6"}.get(frozenset(versions), "dual")  # type: ignore[return-value]
+    return "ipv4"
 
 
 ResourceName = Literal["cpu", "memory"]
@@ -581,7 +587,7 @@ class Settings(_Model):
             domain = self.cluster.dns_domain
             if host.endswith((".svc", f".{domain}")) or ".svc." in host:
                 raise ValueError(
-                    f"{name}: {_redact(str(url))!r} is a cluster DNS name, which nodes (containerd, kubelet) cannot "
+                    f"{name}: {redact_url(str(url))!r} is a cluster DNS name, which nodes (containerd, kubelet) cannot "
                     "resolve (expected a proxy nodes reach directly: set proxy.nodeHttpProxy)"
                 )
         if self.capi.export_to_kubeadm and self.nodes_have_credentials:

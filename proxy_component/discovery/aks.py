@@ -265,6 +265,8 @@ def _credentials_refused(field: str, accepted: str) -> str:
 
 def _node_url(url: str, field: str, settings: Settings, *, http_only: bool) -> str:
     """A proxy URL for AKS nodes: http (or https for httpsProxy), no credentials, not a cluster-DNS name."""
+    if "@" in url.partition("://")[2]:
+        raise SettingsError([_credentials_refused(field, "a URL without user:password@")])
     parts = urlsplit(url)
     host = parts.hostname or ""
     schemes = ("http",) if http_only else ("http", "https")
@@ -274,8 +276,6 @@ def _node_url(url: str, field: str, settings: Settings, *, http_only: bool) -> s
                 f"aks.http_proxy_config: {field}: {url!r} is not a {' or '.join(schemes)}://host:port URL (AKS requires it)"
             ]
         )
-    if parts.username is not None or parts.password is not None:
-        raise SettingsError([_credentials_refused(field, "a URL without user:password@")])
     domain = settings.cluster.dns_domain
     if host == "svc" or host.endswith((".svc", f".svc.{domain}", f".{domain}")) or host == domain:
         raise SettingsError(

@@ -320,3 +320,21 @@ def test_an_explicit_ip_family_wins_over_the_discovered_one(mocked: Harness) -> 
     spec = mocked.one(SERVICE, "egress-service").inputs["spec"]
     assert spec["ipFamilyPolicy"] == "PreferDualStack"
     assert "ipFamilies" not in spec
+
+
+@pytest.mark.parametrize(
+    ("network", "policy", "families"),
+    [
+        ({"pod_cidrs": ["fd00:10:244::/56"], "service_cidrs": ["fd00:10:96::/108"]}, "SingleStack", ["IPv6"]),
+        ({"node_cidrs": ["fd00:10::/64"]}, "SingleStack", ["IPv6"]),
+        ({"pod_cidrs": ["10.244.0.0/16", "fd00:10:244::/56"]}, "PreferDualStack", None),
+        ({"pod_cidrs": ["10.244.0.0/16"]}, "SingleStack", ["IPv4"]),
+    ],
+)
+def test_without_a_family_the_service_follows_the_discovered_ranges(
+    mocked: Harness, network: dict[str, Any], policy: str, families: list[str] | None
+) -> None:
+    ClusterProxy("egress", ClusterProxyArgs(settings={}, network=ClusterNetwork(**network)))
+    spec = mocked.one(SERVICE, "egress-service").inputs["spec"]
+    assert spec["ipFamilyPolicy"] == policy
+    assert spec.get("ipFamilies") == families

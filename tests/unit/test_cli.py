@@ -88,7 +88,7 @@ def test_explain_redacts_credentials(tmp_path: Path, capsys: pytest.CaptureFixtu
     config.write_text("proxy: {httpProxy: 'http://user:hunter2@proxy.corp:3128'}\ncluster: {podCidrs: [10.0.0.0/16]}\n")
     assert main(["explain", str(config)]) == 0
     out = capsys.readouterr().out
-    assert "http://user:***@proxy.corp:3128" in out
+    assert "http://***@proxy.corp:3128" in out
     assert "hunter2" not in out
 
 
