@@ -82,11 +82,19 @@ def _check_format(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     if fmt not in FORMATS:
         parser.error(f"--format: {fmt!r} is not a format (expected one of: {accepted})")
     if fmt == "helm-values":
-        if len(rest) != 1 or rest[0] not in PROFILES:
+        if len(rest) > 1:
+            parser.error(
+                f"--format helm-values: takes one profile, got {' '.join(rest)!r} (put CONFIG before --format)"
+            )
+        if not rest or rest[0] not in PROFILES:
             given = repr(rest[0]) if rest else "no profile"
             parser.error(f"--format helm-values: {given} is not a profile (expected one of: {', '.join(PROFILES)})")
+        if args.output is not None:
+            parser.error("--format helm-values: writes the values to stdout; -o is for object formats")
     elif rest:
-        parser.error(f"--format {fmt}: takes no argument, got {' '.join(rest)!r}")
+        parser.error(f"--format {fmt}: takes no argument, got {' '.join(rest)!r} (put CONFIG before --format)")
+    if args.output is not None and os.path.exists(args.output) and not os.path.isdir(args.output):
+        parser.error(f"-o {args.output}: exists and is not a directory")
     if fmt == "kustomize-patch" and not args.target_name:
         parser.error("--format kustomize-patch: --target-name is required (the workload to patch)")
 

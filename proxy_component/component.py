@@ -18,7 +18,7 @@ import pulumi_kubernetes as k8s
 from .clients import compat_notes
 from .discovery.network import ClusterNetwork
 from .noproxy import NoProxy
-from .render import check_allow_sources, node_values, proxy_objects
+from .render import check_allow_sources, check_unique, node_values, proxy_objects
 from .render.capi import (
     TKG_ADDONS,
     cluster_values_secret,
@@ -86,6 +86,7 @@ class ClusterProxy(pulumi.ComponentResource):
         check_values_secrets(settings)
         self.settings = settings
         self.resources = {}
+        self._objects: list[Obj] = []
 
         composed = self._compose(settings, network)
         no_proxy = composed.apply(lambda c: self._report(c[0]))
@@ -213,6 +214,8 @@ class ClusterProxy(pulumi.ComponentResource):
         self, logical_name: str, obj: Obj, extra: pulumi.ResourceOptions | None = None
     ) -> pulumi.CustomResource:
         """A typed resource for core kinds, a CustomResource (e.g. Kyverno's ClusterPolicy) otherwise."""
+        self._objects.append(obj)
+        check_unique(self._objects)
         resource: pulumi.CustomResource
         cls = _RESOURCE_CLASSES.get((obj["apiVersion"], obj["kind"]))
         if cls is None:

@@ -134,6 +134,10 @@ def _parse_port(text: str, value: str, origin: str) -> int:
 def _parse_hostname(name: str, value: str, origin: str) -> str:
     name = name.lower()
     body = name[:-1] if name.endswith(".") else name
+    if body and body.rsplit(".", 1)[-1].isdigit():
+        raise _bad(
+            value, origin, "is neither an IP address nor a host name (a host name's last label is not all digits)"
+        )
     if not body or len(body) > 253 or not all(_LABEL.match(label) for label in body.split(".")):
         if "*" in name:
             raise _bad(value, origin, "has a '*' that no client understands: only a whole '*' or a leading '*.' is")

@@ -557,6 +557,11 @@ class Settings(_Model):
     def _sorted_unique(cls, value: list[str]) -> list[str]:
         return sorted(set(value))
 
+    @field_validator("helm_values_secrets")
+    @classmethod
+    def _sorted_secrets(cls, value: list[HelmValuesSecret]) -> list[HelmValuesSecret]:
+        return sorted(value, key=lambda s: (s.namespace, s.name or "", s.profile))
+
     @model_validator(mode="after")
     def _check(self) -> Settings:
         if self.capi.enabled and self.cluster.name is None:
@@ -775,6 +780,8 @@ def load_settings(path: str) -> Settings:
             data = yaml.safe_load(handle)
     except OSError as exc:
         raise SettingsError([f"{path}: cannot read ({exc.strerror})"]) from None
+    except UnicodeDecodeError:
+        raise SettingsError([f"{path}: not UTF-8 text (expected a YAML file)"]) from None
     except yaml.YAMLError as exc:
         raise SettingsError([f"{path}: not valid YAML ({exc})"]) from None
     return parse_settings(data)

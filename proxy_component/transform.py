@@ -47,7 +47,8 @@ class _HasProxyEnv(Protocol):
 
 
 def _opted_out(annotations: Any, key: str) -> bool:
-    return isinstance(annotations, Mapping) and str(annotations.get(key, "")).lower() == "false"
+    # Exactly "false", as the Kyverno policy matches it.
+    return isinstance(annotations, Mapping) and annotations.get(key) == "false"
 
 
 def _with_env(containers: Any, env: Sequence[Obj] | pulumi.Output[Any]) -> Any:

@@ -30,6 +30,7 @@ __all__ = [
     "capi_manifests",
     "check_allow_sources",
     "check_capi",
+    "check_unique",
     "manifests",
     "node_values",
     "plain_values",
@@ -84,7 +85,24 @@ def manifests(settings: Settings) -> list[Obj]:
     if settings.injection.kyverno:
         objects.append(cluster_policy(settings, values))
     objects += [values_secret(spec, values_yaml(spec.profile, values)) for spec in settings.helm_values_secrets]
+    check_unique(objects)
     return objects
+
+
+def check_unique(objects: list[Obj]) -> None:
+    """Refuse two objects with one kind, namespace and name: the later would silently replace the earlier."""
+    seen: set[tuple[str, str, str]] = set()
+    for obj in objects:
+        meta = obj["metadata"]
+        key = (str(obj["kind"]), str(meta.get("namespace", "")), str(meta["name"]))
+        if key in seen:
+            raise SettingsError(
+                [
+                    f"{key[0]} {key[1]}/{key[2]}: two objects would have this name (expected distinct names, "
+                    "e.g. another helmValuesSecrets[].name)"
+                ]
+            )
+        seen.add(key)
 
 
 def check_capi(settings: Settings) -> None:
@@ -103,7 +121,9 @@ def capi_manifests(settings: Settings) -> list[Obj]:
     ]
     if settings.capi.tkg_addons:
         objects += tkg_addon_secrets(settings, {addon: tkg_addon_values(addon, values) for addon in TKG_ADDONS})
-    return [*objects, kubeadm_control_plane_patch(settings, spec), kubeadm_config_template_patch(settings, spec)]
+    objects += [kubeadm_control_plane_patch(settings, spec), kubeadm_config_template_patch(settings, spec)]
+    check_unique(objects)
+    return objects
 
 
 __all__ += ["ProxyValues", "env_vars"]

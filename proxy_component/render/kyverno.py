@@ -48,11 +48,12 @@ def _foreach(field: str, entry: Obj) -> Obj:
 
 def _exclusions(settings: Settings, kind: str) -> Obj:
     injection = settings.injection
+    # An empty `namespaces: []` clause would count as a match and exclude every Pod: leave it out instead.
+    namespaces = (
+        [{"resources": {"namespaces": list(injection.exclude_namespaces)}}] if injection.exclude_namespaces else []
+    )
     return {
-        "any": [
-            {"resources": {"namespaces": list(injection.exclude_namespaces)}},
-            {"resources": {"kinds": [kind], "annotations": {injection.opt_out_annotation: "false"}}},
-        ]
+        "any": [*namespaces, {"resources": {"kinds": [kind], "annotations": {injection.opt_out_annotation: "false"}}}]
     }
 
 
@@ -77,11 +78,16 @@ def _inject_rule(settings: Settings, env: list[Obj], field: str, kind: str, alwa
     return rule
 
 
+def _clone_exclusions(settings: Settings) -> list[str]:
+    return sorted({*settings.injection.exclude_namespaces, settings.deployment.namespace, *settings.namespaces})
+
+
 def _clone_rule(settings: Settings) -> Obj:
     return {
         "name": "clone-proxy-config",
         "match": {"any": [{"resources": {"kinds": ["Namespace"]}}]},
-        "exclude": {"any": [{"resources": {"names": list(settings.injection.exclude_namespaces)}}]},
+        # Not the source's namespace, nor those where this component already manages proxy-config.
+        "exclude": {"any": [{"resources": {"names": _clone_exclusions(settings)}}]},
         "generate": {
             "generateExisting": True,
             "apiVersion": "v1",

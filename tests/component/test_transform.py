@@ -127,8 +127,11 @@ def test_excluded_namespaces_opted_out_workloads_and_other_types_are_untouched(
 
 def test_an_opt_out_on_the_pod_template_is_honoured() -> None:
     props = _deployment()
-    props["spec"]["template"]["metadata"] = {"annotations": {"proxy-component.io/inject": "False"}}
+    props["spec"]["template"]["metadata"] = {"annotations": {"proxy-component.io/inject": "false"}}
     assert proxy_env_transform(SETTINGS, ENV)(_args("kubernetes:apps/v1:Deployment", props)) is None
+    # Only "false", exactly as the Kyverno policy matches it.
+    props["spec"]["template"]["metadata"] = {"annotations": {"proxy-component.io/inject": "False"}}
+    assert proxy_env_transform(SETTINGS, ENV)(_args("kubernetes:apps/v1:Deployment", props)) is not None
 
 
 def test_a_namespace_defaults_to_default() -> None:

@@ -170,3 +170,33 @@ def test_bad_formats_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str],
 def test_capi_format_needs_capi_enabled(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["render", str(EXAMPLE), "--format", "capi"]) == 2
     assert "capi.enabled: false (expected true to render the Cluster API objects)" in capsys.readouterr().err
+
+
+def test_colliding_object_names_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        "cluster: {podCidrs: [10.244.0.0/16]}\n"
+        "helmValuesSecrets: [{profile: proxy, namespace: kube-system, name: http-proxy-config},"
+        " {profile: env, namespace: kube-system, name: http-proxy-config}]\n"
+    )
+    assert main(["render", str(config)]) == 2
+    assert "Secret kube-system/http-proxy-config: two objects would have this name" in capsys.readouterr().err
+
+
+def test_output_must_be_a_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    existing = tmp_path / "file"
+    existing.write_text("x")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["render", str(EXAMPLE), "-o", str(existing)])
+    assert exit_info.value.code == 2
+    assert f"-o {existing}: exists and is not a directory" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["render", str(EXAMPLE), "--format", "helm-values", "env", "-o", str(tmp_path / "d")])
+    assert "writes the values to stdout" in capsys.readouterr().err
+
+
+def test_a_config_that_is_not_utf8_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "latin1.yaml"
+    config.write_bytes("cluster: {name: caf\xe9}\n".encode("latin-1"))
+    assert main(["no-proxy", str(config)]) == 2
+    assert f"{config}: not UTF-8 text" in capsys.readouterr().err

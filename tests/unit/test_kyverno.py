@@ -101,3 +101,19 @@ def test_credentials_use_secret_refs_and_a_clone_of_the_secret() -> None:
     assert env == [
         {"name": "HTTPS_PROXY", "valueFrom": {"secretKeyRef": {"name": "proxy-config", "key": "HTTPS_PROXY"}}}
     ]
+
+
+def test_no_excluded_namespaces_leaves_out_the_clause_instead_of_excluding_everything() -> None:
+    _, policy = _policy(injection={"kyverno": True, "excludeNamespaces": []})
+    exclude = _rule(policy, "inject-containers")["exclude"]["any"]
+    assert exclude == [{"resources": {"kinds": ["Pod"], "annotations": {"proxy-component.io/inject": "false"}}}]
+
+
+def test_the_clone_never_targets_its_source_or_namespaces_the_component_manages() -> None:
+    _, policy = _policy(
+        proxy={"httpProxy": "http://u:pw@proxy.corp:3128"},
+        injection={"kyverno": True, "excludeNamespaces": []},
+        deployment={"namespace": "egress"},
+        namespaces=["apps"],
+    )
+    assert _rule(policy, "clone-proxy-config")["exclude"] == {"any": [{"resources": {"names": ["apps", "egress"]}}]}

@@ -49,6 +49,7 @@ def test_entries_are_parsed_and_normalized(raw: str, kind: Kind, value: str, por
         ("[fd00::1]:80", "IPv6 address with a port"),
         ("fd00:::1::2", "is not an IP address or host name"),
         ("-bad-.com", "is not a valid host name"),
+        ("999.1.1.1", "is neither an IP address nor a host name"),
     ],
 )
 def test_unparseable_entries_name_origin_and_reason(raw: str, reason: str) -> None:
