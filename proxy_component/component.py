@@ -163,10 +163,8 @@ class ClusterProxy(pulumi.ComponentResource):
                 self.resources[f"capi/{obj['metadata']['name']}"] = self._create(
                     f"{name}-{obj['metadata']['name']}", obj, opts
                 )
-        spec = plain.apply(lambda v: kubeadm_config_spec(settings, v))
-        return (
-            pulumi.Output.secret(spec) if settings.capi.export_to_kubeadm and settings.nodes_have_credentials else spec
-        )
+        # Never holds credentials: the settings refuse exportToKubeadm with a credentialed node proxy.
+        return plain.apply(lambda v: kubeadm_config_spec(settings, v))
 
     @staticmethod
     def _ip_fields(settings: Settings, network: ClusterNetwork | None) -> dict[str, Any] | None:
