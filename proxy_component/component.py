@@ -31,6 +31,7 @@ from .render.capi import (
 )
 from .render.env import ProxyValues, env_vars, proxy_config_object
 from .render.helm import PROFILES, check_values_secrets, helm_values, values_secret, values_secret_name, values_yaml
+from .render.kustomize import kustomization
 from .render.kyverno import cluster_policy
 from .render.proxy import config_digest, ip_family_fields, tinyproxy_conf
 from .settings import Settings, SettingsError, infer_ip_family, parse_settings
@@ -136,6 +137,14 @@ class ClusterProxy(pulumi.ComponentResource):
                 "kubeadm_config_spec": self.kubeadm_config_spec,
             }
         )
+
+    def kustomization(self, *, kind: str, name: str, container: str | None = None) -> pulumi.Output[dict[str, Any]]:
+        """A Kustomization that adds the proxy env to one workload (JSON patch, or by container name), for GitOps repos."""
+        values = ProxyValues(self.http_proxy, self.https_proxy, self.no_proxy)
+        patch = _plain(values).apply(
+            lambda v: kustomization(self.settings, v, kind=kind, name=name, container=container)
+        )
+        return patch  # with credentials the env reads secretKeyRefs: the patch itself holds none
 
     def _capi(
         self,

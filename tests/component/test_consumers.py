@@ -136,3 +136,20 @@ def test_an_unknown_helm_profile_is_refused_before_anything_is_created(mocked: H
     with pytest.raises(SettingsError, match=r"helmValuesSecrets\[0\]\.profile: 'nginx' is not a known profile"):
         ClusterProxy("egress", ClusterProxyArgs(settings=settings))
     assert [r.name for r in mocked.settle() if r.typ != "proxy-component:index:ClusterProxy"] == []
+
+
+def test_a_kustomization_is_an_output_of_the_component(mocked: Harness) -> None:
+    proxy = ClusterProxy("egress", ClusterProxyArgs(settings=PLAIN))
+    kz = mocked.value(proxy.kustomization(kind="StatefulSet", name="db", container="postgres"))
+    assert kz["patches"][0]["target"] == {"kind": "StatefulSet", "name": "db"}
+    patch = yaml.safe_load(kz["patches"][0]["patch"])
+    env = patch["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert patch["apiVersion"] == "apps/v1"
+    assert {e["name"]: e["value"] for e in env}["NO_PROXY"] == mocked.value(proxy.no_proxy)
+
+
+def test_with_credentials_the_kustomization_holds_only_secret_refs(mocked: Harness) -> None:
+    proxy = ClusterProxy("egress", ClusterProxyArgs(settings=GIANT_SWARM))
+    kz = mocked.value(proxy.kustomization(kind="Deployment", name="web"))
+    assert PASSWORD not in kz["patches"][0]["patch"]
+    assert "secretKeyRef" in kz["patches"][0]["patch"]
