@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -39,6 +39,7 @@ from .settings import Settings, SettingsError, infer_ip_family, parse_settings
 __all__ = ["ClusterNetwork", "ClusterProxy", "ClusterProxyArgs"]
 
 TYPE_TOKEN = "proxy-component:index:ClusterProxy"
+T = TypeVar("T")
 
 Obj = dict[str, Any]
 
@@ -118,9 +119,10 @@ class ClusterProxy(pulumi.ComponentResource):
         if settings.injection.kyverno:
             self.resources["kyverno-policy"] = self._create(f"{name}-kyverno-policy", cluster_policy(settings, values))
 
-        self.helm_values = {profile: _maybe_secret_dict(helm_values(profile, values), secret) for profile in PROFILES}
+        self.helm_values = {profile: _maybe_secret(helm_values(profile, values), secret) for profile in PROFILES}
+        resolved = _plain(values)
         for spec in settings.helm_values_secrets:
-            text = _plain(values).apply(functools.partial(values_yaml, spec.profile))
+            text = resolved.apply(functools.partial(values_yaml, spec.profile))
             obj = values_secret(spec, text)
             key = f"helm-values/{spec.namespace}/{values_secret_name(spec)}"
             self.resources[key] = self._create(f"{name}-helm-values-{spec.namespace}-{values_secret_name(spec)}", obj)
@@ -246,11 +248,7 @@ def _plain(values: ProxyValues) -> pulumi.Output[ProxyValues]:
     return pulumi.Output.all(values.http_proxy, values.https_proxy, values.no_proxy).apply(lambda v: ProxyValues(*v))
 
 
-def _maybe_secret_dict(value: dict[str, Any], secret: bool) -> pulumi.Output[dict[str, Any]]:
-    output: pulumi.Output[dict[str, Any]] = pulumi.Output.from_input(value)
-    return pulumi.Output.secret(output) if secret else output
-
-
-def _maybe_secret(value: str, secret: bool) -> pulumi.Output[str]:
-    output: pulumi.Output[str] = pulumi.Output.from_input(value)
+def _maybe_secret(value: T, secret: bool) -> pulumi.Output[T]:
+    """The value as an Output, secret when it carries credentials."""
+    output: pulumi.Output[T] = pulumi.Output.from_input(value)
     return pulumi.Output.secret(output) if secret else output

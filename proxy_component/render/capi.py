@@ -55,35 +55,30 @@ def systemd_dropin(values: ProxyValues) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _metadata(settings: Settings, name: str) -> Obj:
-    cluster = settings.cluster.name
+def _cluster_secret(settings: Settings, suffix: str, data: Obj) -> Obj:
+    """A Secret `<cluster>-<suffix>` beside the Cluster object in the management cluster."""
+    cluster = str(settings.cluster.name)
     return {
-        "name": name,
-        "namespace": settings.capi.namespace,
-        "labels": {"cluster.x-k8s.io/cluster-name": str(cluster), "app.kubernetes.io/part-of": "proxy-component"},
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": f"{cluster}-{suffix}",
+            "namespace": settings.capi.namespace,
+            "labels": {"cluster.x-k8s.io/cluster-name": cluster, "app.kubernetes.io/part-of": "proxy-component"},
+        },
+        "type": "Opaque",
+        "stringData": data,
     }
 
 
 def systemd_proxy_secret(settings: Settings, dropin: Any) -> Obj:
     """`<cluster>-systemd-proxy`: the drop-in for containerd (`containerdProxy`) and kubelet (`kubeletProxy`)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": _metadata(settings, f"{settings.cluster.name}-systemd-proxy"),
-        "type": "Opaque",
-        "stringData": {"containerdProxy": dropin, "kubeletProxy": dropin},
-    }
+    return _cluster_secret(settings, "systemd-proxy", {"containerdProxy": dropin, "kubeletProxy": dropin})
 
 
 def cluster_values_secret(settings: Settings, values_yaml: Any) -> Obj:
     """`<cluster>-cluster-values`: `cluster.proxy.{http,https,noProxy}` and the top-level keys, for the app platform."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": _metadata(settings, f"{settings.cluster.name}-cluster-values"),
-        "type": "Opaque",
-        "stringData": {"values": values_yaml},
-    }
+    return _cluster_secret(settings, "cluster-values", {"values": values_yaml})
 
 
 def kubeadm_config_spec(settings: Settings, node_values: ProxyValues | None = None) -> Obj:
