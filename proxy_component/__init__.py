@@ -14,7 +14,7 @@ from .noproxy import Category, Entry, Kind, NoProxy, NoProxyError, compose, pars
 from .settings import Settings, SettingsError, load_settings, parse_settings
 
 if TYPE_CHECKING:
-    from .component import ClusterNetwork, ClusterProxy, ClusterProxyArgs
+    from .component import ClusterNetwork, ClusterProxy, ClusterProxyArgs, merge_values
 
 __all__ = [
     "Category",
@@ -29,11 +29,17 @@ __all__ = [
     "SettingsError",
     "compose",
     "load_settings",
+    "merge_values",
     "parse_entry",
     "parse_settings",
 ]
 
-_LAZY = {"ClusterProxy": "component", "ClusterProxyArgs": "component", "ClusterNetwork": "discovery.network"}
+_LAZY = {
+    "ClusterProxy": "component",
+    "ClusterProxyArgs": "component",
+    "ClusterNetwork": "discovery.network",
+    "merge_values": "component",
+}
 
 
 def __getattr__(name: str) -> Any:

@@ -13,13 +13,22 @@ import yaml
 
 from .clients import compat_notes
 from .noproxy import NoProxyError
-from .render import capi_manifests, manifests, plain_values
+from .render import capi_manifests, capi_patches, manifests, plain_values
 from .render.helm import PROFILES, values_yaml
 from .render.kustomize import kustomization
 from .render.kyverno import cluster_policy
 from .settings import Settings, SettingsError, load_settings, parse_settings, redact_url
 
-FORMATS = ("manifests", "helm-values", "capi", "kustomize-patch", "kyverno")
+FORMATS = ("manifests", "helm-values", "capi", "capi-patches", "kustomize-patch", "kyverno")
+MARKER = "# Rendered by proxy-component render: this directory is rewritten whole by each render."
+PATCH_HEADER = """\
+# Merge patches for your Cluster API cluster, NOT objects to apply: they hold only the proxy's part of
+# KubeadmControlPlane.spec.kubeadmConfigSpec and KubeadmConfigTemplate.spec.template.spec.
+# `files` and `preKubeadmCommands` are lists: `kubectl apply` or a JSON merge patch replaces them whole
+# (and a changed KubeadmControlPlane rolls every control-plane node). Append the entries to the lists
+# you have instead, e.g. Kustomize JSON 6902 patches with op: add at path .../files/- per entry, or let
+# ClusterProxy.kubeadm_config_spec feed your own KubeadmControlPlane.
+"""
 
 __all__ = ["main"]
 
@@ -65,6 +74,8 @@ def _objects(settings: Settings, args: argparse.Namespace) -> list[dict[str, Any
     fmt = args.format[0]
     if fmt == "capi":
         return capi_manifests(settings)
+    if fmt == "capi-patches":
+        return capi_patches(settings)
     if fmt == "kyverno":
         return [cluster_policy(settings, plain_values(settings))]
     if fmt == "kustomize-patch":
@@ -105,16 +116,41 @@ def _render(args: argparse.Namespace) -> int:
         sys.stdout.write(values_yaml(args.format[1], plain_values(settings)))
         return 0
     objects = _objects(settings, args)
+    header = PATCH_HEADER if args.format[0] == "capi-patches" else ""
     if args.output is None:
-        sys.stdout.write(dump(objects))
+        sys.stdout.write(header + dump(objects))
         return 0
-    rendered = [(_file_name(i, obj), dump([obj])) for i, obj in enumerate(objects)]
-    os.makedirs(args.output, exist_ok=True)
-    for name, text in rendered:
-        with open(os.path.join(args.output, name), "w", encoding="utf-8") as handle:
-            handle.write(text)
+    rendered = {_file_name(i, obj): f"{MARKER}\n{header}{dump([obj])}" for i, obj in enumerate(objects)}
+    _replace_directory(args.output, rendered)
     print(f"proxy-component: wrote {len(rendered)} files to {args.output}", file=sys.stderr)
     return 0
+
+
+def _replace_directory(path: str, files: dict[str, str]) -> None:
+    """Make `path` hold exactly `files`: a stale file of an earlier render would be applied too.
+
+    Only files an earlier render wrote (they start with MARKER) are removed; anything else in the
+    directory is refused before a file changes.
+    """
+    os.makedirs(path, exist_ok=True)
+    stale = []
+    for entry in sorted(os.listdir(path)):
+        full = os.path.join(path, entry)
+        first = ""
+        if os.path.isfile(full) and not os.path.islink(full):
+            with open(full, encoding="utf-8", errors="replace") as handle:
+                first = handle.readline().rstrip("\n")
+        if first != MARKER:
+            raise ValueError(
+                f"-o {path}: holds {entry!r}, which proxy-component did not write; the directory must hold exactly "
+                "the render (expected an empty directory, a new one, or one only earlier renders wrote)"
+            )
+        stale.append(full)
+    for full in stale:
+        os.remove(full)
+    for name, text in files.items():
+        with open(os.path.join(path, name), "w", encoding="utf-8") as handle:
+            handle.write(text)
 
 
 def _no_proxy(args: argparse.Namespace) -> int:
@@ -156,7 +192,8 @@ def _parser() -> argparse.ArgumentParser:
         default=["manifests"],
         metavar="FORMAT",
         help="manifests (default: the workload cluster's objects), helm-values PROFILE, capi (the management "
-        "cluster's Secrets and kubeadm fragments), kustomize-patch, kyverno",
+        "cluster's Secrets, ready to apply), capi-patches (the kubeadm fragments as merge patches for your own "
+        "KubeadmControlPlane and KubeadmConfigTemplate, never to apply), kustomize-patch, kyverno",
     )
     render.add_argument("--target-kind", default="Deployment", help="kustomize-patch: the workload kind")
     render.add_argument("--target-name", help="kustomize-patch: the workload name")

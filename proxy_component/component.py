@@ -7,7 +7,6 @@ as Outputs and may be unknown at preview.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -18,25 +17,16 @@ import pulumi_kubernetes as k8s
 from .clients import compat_notes
 from .discovery.network import ClusterNetwork
 from .noproxy import NoProxy
-from .render import check_allow_sources, check_unique, node_values, proxy_objects
-from .render.capi import (
-    TKG_ADDONS,
-    cluster_values_secret,
-    cluster_values_yaml,
-    kubeadm_config_spec,
-    systemd_dropin,
-    systemd_proxy_secret,
-    tkg_addon_secrets,
-    tkg_addon_values,
-)
-from .render.env import ProxyValues, env_vars, proxy_config_object
-from .render.helm import PROFILES, check_values_secrets, helm_values, values_secret, values_secret_name, values_yaml
+from .render import PlanInputs, Planned, check_allow_sources, node_values, plan
+from .render.capi import kubeadm_config_spec
+from .render.env import ProxyValues, env_vars
+from .render.helm import PROFILES, check_values_secrets, helm_values
+from .render.helm import merge_values as _merge_plain
 from .render.kustomize import kustomization
-from .render.kyverno import cluster_policy
 from .render.proxy import config_digest, ip_family_fields, tinyproxy_conf
 from .settings import Settings, SettingsError, infer_ip_family, parse_settings
 
-__all__ = ["ClusterNetwork", "ClusterProxy", "ClusterProxyArgs"]
+__all__ = ["ClusterNetwork", "ClusterProxy", "ClusterProxyArgs", "merge_values"]
 
 TYPE_TOKEN = "proxy-component:index:ClusterProxy"
 T = TypeVar("T")
@@ -82,13 +72,14 @@ class ClusterProxy(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: ClusterProxyArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(TYPE_TOKEN, name, None, opts)
+        if not isinstance(args.settings, Settings):
+            _refuse_outputs(args.settings)
         settings = parse_settings(args.settings)
         network = args.network
         check_allow_sources(settings, network is not None and network.gives_allow_sources)
         check_values_secrets(settings)
         self.settings = settings
         self.resources = {}
-        self._objects: list[Obj] = []
 
         composed = self._compose(settings, network)
         no_proxy = composed.apply(lambda c: self._report(c[0]))
@@ -103,31 +94,23 @@ class ClusterProxy(pulumi.ComponentResource):
         env: pulumi.Output[Any] = pulumi.Output.from_input(env_vars(values))
         self.env = pulumi.Output.secret(env) if secret else env
 
-        if settings.deployment.enabled:
-            conf = composed.apply(lambda c: tinyproxy_conf(settings, c[1]))
-            if settings.proxy.upstream is not None and settings.proxy.upstream.credentials is not None:
-                conf = pulumi.Output.secret(conf)
-            digest = pulumi.Output.unsecret(conf.apply(lambda text: config_digest(settings, text)))
-            config, daemonset, service = proxy_objects(settings, conf, digest, self._ip_fields(settings, network))
-            self.resources["config"] = self._create(f"{name}-tinyproxy-config", config)
-            depends = pulumi.ResourceOptions(depends_on=[self.resources["config"]])
-            self.resources["daemonset"] = self._create(f"{name}-tinyproxy", daemonset, depends)
-            self.resources["service"] = self._create(f"{name}-service", service)
-        for namespace in settings.proxy_config_namespaces:
-            obj = proxy_config_object(settings, namespace, values)
-            self.resources[f"proxy-config/{namespace}"] = self._create(f"{name}-proxy-config-{namespace}", obj)
-        if settings.injection.kyverno:
-            self.resources["kyverno-policy"] = self._create(f"{name}-kyverno-policy", cluster_policy(settings, values))
+        conf: pulumi.Output[str] = composed.apply(lambda c: tinyproxy_conf(settings, c[1]))
+        if settings.proxy.upstream is not None and settings.proxy.upstream.credentials is not None:
+            conf = pulumi.Output.secret(conf)
+        digest = pulumi.Output.unsecret(conf.apply(lambda text: config_digest(settings, text)))
+        inputs = PlanInputs(
+            values=values,
+            nodes=node_values(settings, no_proxy),
+            conf=conf,
+            digest=digest,
+            text=lambda build, v: _plain(v).apply(build),
+            ip_fields=self._ip_fields(settings, network) if settings.deployment.enabled else None,
+        )
+        for planned in plan(settings, inputs):
+            self.resources[planned.key] = self._register(name, planned, args.management_provider)
 
         self.helm_values = {profile: _maybe_secret(helm_values(profile, values), secret) for profile in PROFILES}
-        resolved = _plain(values)
-        for spec in settings.helm_values_secrets:
-            text = resolved.apply(functools.partial(values_yaml, spec.profile))
-            obj = values_secret(spec, text)
-            key = f"helm-values/{spec.namespace}/{values_secret_name(spec)}"
-            self.resources[key] = self._create(f"{name}-helm-values-{spec.namespace}-{values_secret_name(spec)}", obj)
-
-        self.kubeadm_config_spec = self._capi(name, settings, no_proxy, args.management_provider)
+        self.kubeadm_config_spec = self._capi(settings, no_proxy)
         self.register_outputs(
             {
                 "no_proxy": self.no_proxy,
@@ -148,34 +131,13 @@ class ClusterProxy(pulumi.ComponentResource):
         )
         return patch  # with credentials the env reads secretKeyRefs: the patch itself holds none
 
-    def _capi(
-        self,
-        name: str,
-        settings: Settings,
-        no_proxy: pulumi.Output[str],
-        provider: pulumi.ProviderResource | None,
-    ) -> pulumi.Output[dict[str, Any]] | None:
-        """The Cluster API Secrets in the management cluster, and the kubeadm fragment as an output."""
+    @staticmethod
+    def _capi(settings: Settings, no_proxy: pulumi.Output[str]) -> pulumi.Output[dict[str, Any]] | None:
+        """The kubeadm fragment for the cluster's KubeadmControlPlane/KubeadmConfigTemplate, as an output."""
         if not settings.capi.enabled:
             return None
-        nodes = node_values(settings, no_proxy)
-        plain = _plain(nodes)
-        opts = pulumi.ResourceOptions(provider=provider) if provider is not None else None
-        dropin = plain.apply(systemd_dropin)
-        self.resources["capi/systemd-proxy"] = self._create(
-            f"{name}-systemd-proxy", systemd_proxy_secret(settings, dropin), opts
-        )
-        self.resources["capi/cluster-values"] = self._create(
-            f"{name}-cluster-values", cluster_values_secret(settings, plain.apply(cluster_values_yaml)), opts
-        )
-        if settings.capi.tkg_addons:
-            texts = {addon: plain.apply(functools.partial(tkg_addon_values, addon)) for addon in TKG_ADDONS}
-            for obj in tkg_addon_secrets(settings, texts):
-                self.resources[f"capi/{obj['metadata']['name']}"] = self._create(
-                    f"{name}-{obj['metadata']['name']}", obj, opts
-                )
         # Never holds credentials: the settings refuse exportToKubeadm with a credentialed node proxy.
-        return plain.apply(lambda v: kubeadm_config_spec(settings, v))
+        return _plain(node_values(settings, no_proxy)).apply(lambda v: kubeadm_config_spec(settings, v))
 
     @staticmethod
     def _ip_fields(settings: Settings, network: ClusterNetwork | None) -> dict[str, Any] | None:
@@ -219,12 +181,18 @@ class ClusterProxy(pulumi.ComponentResource):
             return pulumi.Output.from_input((settings.no_proxy(), settings.allowed_sources()))
         return network.values().apply(lambda values: (settings.no_proxy(values), settings.allowed_sources(values)))
 
-    def _create(
-        self, logical_name: str, obj: Obj, extra: pulumi.ResourceOptions | None = None
+    def _register(
+        self, name: str, planned: Planned, management: pulumi.ProviderResource | None
     ) -> pulumi.CustomResource:
-        """A typed resource for core kinds, a CustomResource (e.g. Kyverno's ClusterPolicy) otherwise."""
-        self._objects.append(obj)
-        check_unique(self._objects)
+        """Register one planned object: a typed resource for core kinds, a CustomResource (e.g. Kyverno's) otherwise."""
+        obj = planned.obj
+        extra = pulumi.ResourceOptions(
+            depends_on=[self.resources[key] for key in planned.depends_on] or None,
+            replace_on_changes=list(planned.replace_on_changes) or None,
+            delete_before_replace=True if planned.replace_on_changes else None,
+            provider=management if planned.cluster == "management" and management is not None else None,
+        )
+        logical_name = f"{name}{planned.suffix}"
         resource: pulumi.CustomResource
         cls = _RESOURCE_CLASSES.get((obj["apiVersion"], obj["kind"]))
         if cls is None:
@@ -241,6 +209,41 @@ class ClusterProxy(pulumi.ComponentResource):
         kwargs = {_ARG_NAMES[key]: value for key, value in obj.items() if key not in ("apiVersion", "kind")}
         resource = cls(logical_name, opts=_child_opts(self, extra), **kwargs)
         return resource
+
+
+def merge_values(user: pulumi.Input[Mapping[str, Any]], proxy: pulumi.Input[Mapping[str, Any]]) -> pulumi.Output[Any]:
+    """Your Helm values with the proxy's merged in (`proxy.helm_values[profile]` is an Output); never clobbers yours.
+
+    An Output, secret when either side is: pass it to `helm.v3.Release(values=...)` or `helm.v4.Chart(values=...)`.
+    """
+    return pulumi.Output.all(user, proxy).apply(lambda both: _merge_plain(both[0], both[1]))
+
+
+def _refuse_outputs(data: Any, path: str = "") -> None:
+    """Settings decide which resources exist, so they must be known now: name any Output with what to do instead."""
+    problems: list[str] = []
+
+    def walk(value: Any, where: str) -> None:
+        if isinstance(value, pulumi.Output):
+            hint = (
+                "read the secret as a string, e.g. pulumi.Config().require('proxyPassword') instead of "
+                "require_secret: the component keeps credentials in Secrets and makes every output that carries "
+                "them secret"
+                if "password" in where.lower() or "upstream" in where.lower()
+                else "pass the plain value you gave the resource (e.g. the Namespace's metadata.name string) and "
+                "order with depends_on; the set of objects cannot wait for an Output"
+            )
+            problems.append(f"{where or 'settings'}: is a pulumi.Output, which settings cannot take ({hint})")
+        elif isinstance(value, Mapping):
+            for key, item in value.items():
+                walk(item, f"{where}.{key}" if where else str(key))
+        elif isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                walk(item, f"{where}[{i}]")
+
+    walk(data, path)
+    if problems:
+        raise SettingsError(problems)
 
 
 def _plain(values: ProxyValues) -> pulumi.Output[ProxyValues]:

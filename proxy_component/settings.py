@@ -19,6 +19,7 @@ import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     SecretStr,
@@ -45,6 +46,7 @@ __all__ = [
     "CapiSettings",
     "ClusterSettings",
     "DeploymentSettings",
+    "FirewallSettings",
     "HelmValuesSecret",
     "InjectionSettings",
     "NetworkValues",
@@ -166,7 +168,7 @@ DnsLabel = Annotated[str, AfterValidator(_dns_label)]
 ApiHost = Annotated[str, AfterValidator(_api_host)]
 NoProxyEntry = Annotated[str, AfterValidator(_no_proxy_entry)]
 Port = Annotated[int, Field(strict=True, ge=1, le=65535)]
-# tinyproxy runs as nobody with every capability dropped, on the node's network: it cannot bind below 1024.
+# tinyproxy runs as its own unprivileged UID with every capability dropped, on the node's network: it cannot bind below 1024.
 ListenPort = Annotated[int, Field(strict=True, ge=1024, le=65535)]
 
 
@@ -377,11 +379,21 @@ def _quantities(cpu: str, memory: str) -> dict[ResourceName, str]:
     return {"cpu": cpu, "memory": memory}
 
 
-class Resources(_Model):
-    """Container requests and limits, in Kubernetes quantity syntax."""
+def _quantity_text(value: Any) -> Any:
+    """A number is a quantity too, as Kubernetes reads `cpu: 1` (e.g. from `pulumi config set --path`)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return format(value, "g") if isinstance(value, float) else str(value)
+    return value
 
-    requests: dict[ResourceName, str] = Field(default_factory=lambda: _quantities("10m", "32Mi"))
-    limits: dict[ResourceName, str] = Field(default_factory=lambda: _quantities("500m", "128Mi"))
+
+Quantity = Annotated[str, BeforeValidator(_quantity_text)]
+
+
+class Resources(_Model):
+    """Container requests and limits, in Kubernetes quantity syntax (numbers are accepted, as `cpu: 1`)."""
+
+    requests: dict[ResourceName, Quantity] = Field(default_factory=lambda: _quantities("10m", "32Mi"))
+    limits: dict[ResourceName, Quantity] = Field(default_factory=lambda: _quantities("500m", "128Mi"))
 
     @field_validator("requests", "limits")
     @classmethod
@@ -392,22 +404,80 @@ class Resources(_Model):
         return dict(sorted(value.items()))
 
 
-# Hosts the proxy must never reach from the node's network: the node itself, link-local and metadata
-# endpoints, and spellings of loopback (0.x, bare integers, hex, IPv4-mapped IPv6) that resolve to it.
+# The Filter, a second layer behind the firewall: hosts the proxy refuses by their spelling. It sees names,
+# never the address a name resolves to, so the kernel rules (FirewallSettings) are what holds; these catch
+# every literal spelling of loopback, unspecified, link-local and metadata addresses that glibc's inet_aton and
+# inet_pton accept (octal, hex, short and integer IPv4 forms; any IPv6 spelling of ::, ::1, ::ffff:0:0/96,
+# fe80::/10 and fd00:ec2::/32), before tinyproxy even resolves them. tinyproxy matches case-insensitively.
 DEFAULT_DENY: tuple[str, ...] = (
     r"^(.+\.)?localhost\.?$",
     r"^127\.",
     r"^0\.",
-    r"^[0-9]+$",
-    r"^0x",
-    r"^\[?::1?\]?$",
-    r"^\[?::ffff:",
+    # IPv4 in fewer than four parts (127.1, 2130706433, 0x7f000001), or with an octal or hex part (0177.0.0.1).
+    r"^([0-9]+|0x[0-9a-f]*)(\.([0-9]+|0x[0-9a-f]*)){0,2}\.?$",
+    r"^(([0-9]+|0x[0-9a-f]*)\.){0,3}0[0-9x][0-9a-f]*(\.([0-9]+|0x[0-9a-f]*)){0,3}\.?$",
+    # IPv6 ::, ::1 and ::0.0.0.1 in any spelling, and IPv4-mapped addresses (::ffff:127.0.0.1, ::ffff:7f00:1).
+    r"^\[?[0:]*:[0:]*1?(%[^]]*)?\]?$",
+    r"^\[?[0:]*:0\.0\.0\.[01](%[^]]*)?\]?$",
+    r"^\[?[0:]*:ffff:",
     r"^169\.254\.",
-    r"^\[?fe80:",
-    r"^\[?fd00:ec2::",
+    r"^\[?fe[89ab][0-9a-f]:",
+    r"^\[?fd00:0*ec2:",
     r"^metadata(\.google\.internal)?\.?$",
-    r"^168\.63\.129\.16$",
+    r"^168\.63\.129\.16\.?$",
+    r"^100\.100\.100\.200\.?$",
 )
+
+# What the kernel refuses to tinyproxy's UID, besides every address of the node itself (loopback included):
+# the unspecified and link-local ranges (IMDS at 169.254.169.254 among them) and the clouds' other metadata
+# endpoints (AWS IPv6 IMDS, Azure's wire server, Alibaba's metadata service).
+DEFAULT_FIREWALL_DENY: tuple[str, ...] = (
+    "0.0.0.0/8",
+    "169.254.0.0/16",
+    "168.63.129.16/32",
+    "100.100.100.200/32",
+    "::/128",
+    "fe80::/10",
+    "fd00:ec2::/32",
+)
+
+
+def _image_ref(value: str) -> str:
+    if any(ch.isspace() for ch in value):
+        raise ValueError(f"{value!r} is not an image reference (expected e.g. docker.io/vimagick/tinyproxy:1.11)")
+    return value
+
+
+ImageRef = Annotated[str, Field(min_length=1), AfterValidator(_image_ref)]
+
+
+class FirewallSettings(_Model):
+    """Kernel rules that stop tinyproxy from reaching the node itself, link-local and metadata addresses.
+
+    An init container with NET_ADMIN on the node's network loads an nftables
+    table that rejects new TCP connections from tinyproxy's own UID
+    (`deployment.runAsUser`) to any local address of the node and to
+    `denyCidrs`. It checks the address actually connected to, so no spelling
+    and no DNS name gets around it.
+    """
+
+    enabled: bool = Field(
+        default=True, description="Load the rules; without them only the name Filter stands between pods and the node."
+    )
+    image: ImageRef = Field(
+        default="registry.k8s.io/kube-proxy:v1.36.3",
+        description="An image with the nft command, run as root with NET_ADMIN only (kube-proxy's ships it).",
+    )
+    deny_cidrs: list[Cidr] = Field(
+        default_factory=lambda: list(DEFAULT_FIREWALL_DENY),
+        description="Destinations refused besides the node's own addresses.",
+    )
+
+    @field_validator("deny_cidrs")
+    @classmethod
+    def _sorted(cls, value: list[str]) -> list[str]:
+        nets = {ipaddress.ip_network(c) for c in value}
+        return [str(n) for n in sorted(nets, key=lambda n: (n.version, n))]
 
 
 class DeploymentSettings(_Model):
@@ -417,7 +487,17 @@ class DeploymentSettings(_Model):
     namespace: DnsLabel = "kube-system"
     service_name: Annotated[str, AfterValidator(_dns_1035)] = "http-proxy"
     port: ListenPort = 8888
-    image: str = Field(default="docker.io/vimagick/tinyproxy:latest", min_length=1)
+    image: ImageRef = "docker.io/vimagick/tinyproxy:latest"
+    run_as_user: int = Field(
+        default=61888,
+        ge=1000,
+        le=2**31 - 1,
+        description="tinyproxy's UID (and GID): one no other process on the node uses, since the firewall matches it.",
+    )
+    firewall: FirewallSettings = Field(default_factory=FirewallSettings)
+    control_plane: bool = Field(
+        default=False, description="Also run on control-plane nodes (node-role.kubernetes.io/control-plane)."
+    )
     resources: Resources = Field(default_factory=Resources)
     allowed_source_cidrs: list[SourceRange] = Field(default_factory=list)
     connect_ports: list[Port] = Field(default_factory=lambda: [443])
@@ -454,13 +534,6 @@ class DeploymentSettings(_Model):
         if not value:
             raise ValueError("[] would let CONNECT reach every port (expected at least one port, e.g. [443])")
         return sorted(set(value))
-
-    @field_validator("image")
-    @classmethod
-    def _image(cls, value: str) -> str:
-        if any(ch.isspace() for ch in value):
-            raise ValueError(f"{value!r} is not an image reference (expected e.g. docker.io/vimagick/tinyproxy:1.11)")
-        return value
 
 
 NETWORK_FIELDS = ("service_cidrs", "pod_cidrs", "node_cidrs", "api_server_hosts", "api_server_ips", "cloud_entries")

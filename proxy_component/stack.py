@@ -14,7 +14,7 @@ from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
-from pulumi.runtime.config import CONFIG, get_config_env
+from pulumi.runtime.config import CONFIG, get_config, get_config_env
 from pydantic.alias_generators import to_camel
 
 from .component import ClusterProxy, ClusterProxyArgs
@@ -26,7 +26,7 @@ __all__ = ["CONFIG_NAMESPACE", "Discover", "discover_from_config", "main", "sett
 CONFIG_NAMESPACE = "proxy-component"
 # The settings' top-level keys, as the YAML file spells them (camelCase).
 SETTINGS_KEYS = tuple(info.alias or name for name, info in Settings.model_fields.items())
-PROVIDER_KEYS = ("renderYamlToDirectory", "kubeconfig", "context")
+PROVIDER_KEYS = ("renderYamlToDirectory", "kubeconfig", "context", "managementKubeconfig", "managementContext")
 DISCOVER_KEY = "discover"
 
 _DISCOVER = f"{CONFIG_NAMESPACE}:{DISCOVER_KEY}"
@@ -127,11 +127,20 @@ def settings_from_config(config: pulumi.Config | None = None) -> Settings:
     return parse_settings(data)
 
 
+def _secret_key(key: str) -> pulumi.Output[str] | None:
+    """A kubeconfig from stack config, secret whether or not it was set with --secret; None when empty."""
+    raw = get_config(f"{CONFIG_NAMESPACE}:{key}")
+    return pulumi.Output.secret(raw) if raw else None
+
+
 def _provider(config: pulumi.Config) -> k8s.Provider | None:
-    """An explicit provider when the stack renders to a directory or names a kubeconfig/context."""
-    render_dir = config.get("renderYamlToDirectory")
-    kubeconfig = config.get_secret("kubeconfig")
-    context = config.get("context")
+    """An explicit provider when the stack renders to a directory or names a kubeconfig/context.
+
+    Pulumi.yaml gives these keys an empty default (so no stack must set them): empty means unset.
+    """
+    render_dir = config.get("renderYamlToDirectory") or None
+    kubeconfig = _secret_key("kubeconfig")
+    context = config.get("context") or None
     if render_dir is None and kubeconfig is None and context is None:
         return None
     return k8s.Provider(
@@ -142,15 +151,48 @@ def _provider(config: pulumi.Config) -> k8s.Provider | None:
     )
 
 
+def _management_provider(config: pulumi.Config, settings: Settings) -> k8s.Provider | None:
+    """The Cluster API management cluster's provider, for the `capi` Secrets; never the workload cluster's own."""
+    if not settings.capi.enabled:
+        return None
+    kubeconfig = _secret_key("managementKubeconfig")
+    context = config.get("managementContext") or None
+    render_dir = config.get("renderYamlToDirectory") or None
+    if kubeconfig is None and context is None:
+        if render_dir is None:
+            raise SettingsError(
+                [
+                    f"{CONFIG_NAMESPACE}:capi: the Cluster API Secrets belong in the management cluster, which this "
+                    f"stack does not name (expected {CONFIG_NAMESPACE}:managementKubeconfig or "
+                    f"{CONFIG_NAMESPACE}:managementContext, or capi.enabled: false)"
+                ]
+            )
+        return k8s.Provider("management", render_yaml_to_directory=f"{render_dir.rstrip('/')}/management")
+    return k8s.Provider("management", kubeconfig=kubeconfig, context=context)
+
+
+def component_options(settings: Settings, provider: k8s.Provider | None) -> pulumi.ResourceOptions:
+    """The component's options: the stack's provider, and an alias for the name it had before 0.2.
+
+    The component is named after the stack whatever the settings, so that setting `cluster.name` (which
+    `capi.enabled` requires) renames nothing. Stacks that set `cluster.name` before then named it so:
+    the alias (which Pulumi extends to every child named after it) keeps their objects.
+    """
+    aliases: list[pulumi.Input[str] | pulumi.Alias] = []
+    if settings.cluster.name is not None and settings.cluster.name != pulumi.get_stack():
+        aliases.append(pulumi.Alias(name=settings.cluster.name))
+    return pulumi.ResourceOptions(providers=[provider] if provider is not None else None, aliases=aliases or None)
+
+
 def main() -> ClusterProxy:
     config = pulumi.Config(CONFIG_NAMESPACE)
     settings = settings_from_config(config)
     discover = discover_from_config(config.get_object(DISCOVER_KEY))
     network = discover.network() if discover is not None else None
     provider = _provider(config)
-    opts = pulumi.ResourceOptions(providers=[provider]) if provider is not None else None
-    name = settings.cluster.name or pulumi.get_stack()
-    proxy = ClusterProxy(name, ClusterProxyArgs(settings=settings, network=network), opts)
+    management = _management_provider(config, settings)
+    args = ClusterProxyArgs(settings=settings, network=network, management_provider=management)
+    proxy = ClusterProxy(pulumi.get_stack(), args, component_options(settings, provider))
     pulumi.export("noProxy", proxy.no_proxy)
     pulumi.export("httpProxy", proxy.http_proxy)
     pulumi.export("httpsProxy", proxy.https_proxy)

@@ -35,7 +35,9 @@ settings = {
 }
 
 if existing:
-    group = config.require("resourceGroup")
+    group = config.get("resourceGroup")
+    if not group:
+        raise pulumi.RunError("resourceGroup: required with clusterName (the existing cluster's resource group)")
     proxy_network = discovery.from_existing(existing, group)
     cluster_name: pulumi.Input[str] = existing
     group_name: pulumi.Input[str] = group

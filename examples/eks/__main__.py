@@ -31,7 +31,9 @@ if existing:
     name, endpoint, ca_data = pulumi.Output.from_input(existing), found.endpoint, found.certificate_authorities[0].data
     ready: list[pulumi.Resource] = []
 else:
-    subnet_ids = config.require_object("subnetIds")
+    subnet_ids = config.get_object("subnetIds") or []
+    if not subnet_ids:
+        raise pulumi.RunError("subnetIds: required without clusterName (subnets in two availability zones)")
     cluster_role = iam.Role("cluster", assume_role_policy=assume_role("eks.amazonaws.com"))
     cluster_policy = iam.RolePolicyAttachment(
         "cluster", role=cluster_role.name, policy_arn="arn:aws:iam::aws:policy/AmazonEKSClusterPolicy"

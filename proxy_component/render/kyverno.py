@@ -120,5 +120,7 @@ def cluster_policy(settings: Settings, values: ProxyValues) -> Obj:
             },
             "labels": {"app.kubernetes.io/part-of": "proxy-component"},
         },
-        "spec": {"background": False, "rules": rules},
+        # Injection only adds env: when Kyverno is down, a Pod created without it beats every Pod creation
+        # in the cluster failing (Kyverno's default, Fail); such a Pod lacks the env until it is recreated.
+        "spec": {"background": False, "failurePolicy": "Ignore", "rules": rules},
     }

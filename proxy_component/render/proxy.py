@@ -8,6 +8,7 @@ inside it, so the component and the command emit the same objects.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,6 +22,8 @@ __all__ = [
     "config_name",
     "config_object",
     "daemonset",
+    "firewall_command",
+    "firewall_rules",
     "ip_family_fields",
     "labels",
     "service",
@@ -34,6 +37,9 @@ APP_LABEL = "app"
 CONFIG_HASH_ANNOTATION = "proxy-component/config-digest"
 CONFIG_KEY = "tinyproxy.conf"
 FILTER_KEY = "filter"
+FIREWALL_KEY = "nftables.conf"
+FIREWALL_TABLE = "proxy-component"
+CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
 
 
 def labels(settings: Settings) -> dict[str, str]:
@@ -78,10 +84,12 @@ def tinyproxy_conf(settings: Settings, allow: Sequence[str]) -> str:
     if d.deny_destinations:
         lines += [
             "",
-            "# Never the node itself or the cloud's metadata endpoints, by CONNECT or plain HTTP.",
+            "# A second layer behind the kernel rules (nftables.conf): refuse the node itself and the metadata",
+            "# endpoints by every spelling of their addresses, by CONNECT or plain HTTP.",
             f"Filter {_quote(f'{d.config_dir}/{FILTER_KEY}')}",
             "FilterType ere",
             "FilterURLs Off",
+            "FilterCaseSensitive Off",
             "FilterDefaultDeny No",
         ]
     upstream = settings.proxy.upstream
@@ -119,6 +127,43 @@ def tinyproxy_filter(settings: Settings) -> str:
     return "".join(f"{pattern}\n" for pattern in settings.deployment.deny_destinations)
 
 
+def firewall_rules(settings: Settings) -> str:
+    """The nftables table that the init container loads into the node's network namespace.
+
+    It rejects every new TCP connection that tinyproxy's UID opens to an
+    address of the node itself (`fib daddr type local`: loopback, every
+    interface address, and the unspecified address, which the kernel sends to
+    loopback) or to `firewall.denyCidrs`. The kernel judges the address
+    actually connected to, so neither a spelling nor a DNS name gets around it.
+    Other processes on the node are untouched. Loading the file replaces the
+    table whole, so a restart or a new setting never stacks rules.
+    """
+    d = settings.deployment
+    match = f"meta skuid {d.run_as_user} tcp flags syn / syn,ack"
+    reject = "counter reject with tcp reset"
+    lines = [
+        "# Rendered by proxy-component. What tinyproxy (its own UID) may never connect to, whatever name or",
+        "# spelling led there: the node's own addresses and the link-local and metadata ranges.",
+        f"table inet {FIREWALL_TABLE}",
+        f"delete table inet {FIREWALL_TABLE}",
+        f"table inet {FIREWALL_TABLE} {{",
+        "  chain tinyproxy-egress {",
+        "    type filter hook output priority filter; policy accept;",
+        f"    {match} fib daddr type local {reject}",
+    ]
+    for family, keyword in ((4, "ip"), (6, "ip6")):
+        cidrs = [c for c in d.firewall.deny_cidrs if ipaddress.ip_network(c).version == family]
+        if cidrs:
+            lines.append(f"    {match} {keyword} daddr {{ {', '.join(cidrs)} }} {reject}")
+    lines += ["  }", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def firewall_command(settings: Settings) -> list[str]:
+    """What the init container runs: load the rendered table (atomically; `nft -f` applies all or nothing)."""
+    return ["nft", "-f", f"{settings.deployment.config_dir}/{FIREWALL_KEY}"]
+
+
 def config_digest(settings: Settings, conf: str) -> str:
     """The pod-template annotation that rolls the DaemonSet when the config changes.
 
@@ -126,7 +171,7 @@ def config_digest(settings: Settings, conf: str) -> str:
     so the digest is scrypt (about 40 ms, 16 MiB): guessing a password from it
     must be costly. Without credentials a sha256 is enough.
     """
-    content = (conf + "\0" + tinyproxy_filter(settings)).encode()
+    content = "\0".join((conf, tinyproxy_filter(settings), _firewall_text(settings))).encode()
     if _upstream_has_credentials(settings):
         digest = hashlib.scrypt(content, salt=b"proxy-component/tinyproxy.conf", n=2**14, r=8, p=1, dklen=32)
         return digest.hex()
@@ -152,7 +197,13 @@ def _config_data(settings: Settings, conf: Any) -> Obj:
     data: Obj = {CONFIG_KEY: conf}
     if settings.deployment.deny_destinations:
         data[FILTER_KEY] = tinyproxy_filter(settings)
+    if settings.deployment.firewall.enabled:
+        data[FIREWALL_KEY] = firewall_rules(settings)
     return data
+
+
+def _firewall_text(settings: Settings) -> str:
+    return firewall_rules(settings) if settings.deployment.firewall.enabled else ""
 
 
 def _upstream_has_credentials(settings: Settings) -> bool:
@@ -170,6 +221,27 @@ def daemonset(settings: Settings, digest: Any) -> Obj:
         volume_source = {"secret": {"secretName": config_name(settings), "defaultMode": 0o440}}
     else:
         volume_source = {"configMap": {"name": config_name(settings), "defaultMode": 0o444}}
+    uid = d.run_as_user
+    pod_spec: Obj = {
+        "hostNetwork": True,
+        "dnsPolicy": "Default",
+        "priorityClassName": "system-node-critical",
+        "nodeSelector": {"kubernetes.io/os": "linux"},
+        **_placement(settings),
+        "tolerations": [{"operator": "Exists"}],
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": 10,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": uid,
+            "runAsGroup": uid,
+            "fsGroup": uid,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+    }
+    if d.firewall.enabled:
+        pod_spec["initContainers"] = [_firewall_container(settings)]
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
@@ -180,20 +252,7 @@ def daemonset(settings: Settings, digest: Any) -> Obj:
             "template": {
                 "metadata": {"labels": labels(settings), "annotations": {CONFIG_HASH_ANNOTATION: digest}},
                 "spec": {
-                    "hostNetwork": True,
-                    "dnsPolicy": "Default",
-                    "priorityClassName": "system-node-critical",
-                    "tolerations": [{"operator": "Exists"}],
-                    "automountServiceAccountToken": False,
-                    "enableServiceLinks": False,
-                    "terminationGracePeriodSeconds": 10,
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": 65534,
-                        "runAsGroup": 65534,
-                        "fsGroup": 65534,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                    },
+                    **pod_spec,
                     "containers": [
                         {
                             "name": "tinyproxy",
@@ -222,6 +281,37 @@ def daemonset(settings: Settings, digest: Any) -> Obj:
                 },
             },
         },
+    }
+
+
+def _placement(settings: Settings) -> Obj:
+    """Keep the proxy off control-plane nodes unless `deployment.controlPlane` asks for them."""
+    if settings.deployment.control_plane:
+        return {}
+    term = {"matchExpressions": [{"key": CONTROL_PLANE_LABEL, "operator": "DoesNotExist"}]}
+    return {
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+    }
+
+
+def _firewall_container(settings: Settings) -> Obj:
+    """Root with NET_ADMIN alone, on the node's network: loads the nftables table, then exits."""
+    d = settings.deployment
+    return {
+        "name": "firewall",
+        "image": d.firewall.image,
+        "command": firewall_command(settings),
+        "resources": {"requests": dict(d.resources.requests), "limits": dict(d.resources.limits)},
+        "securityContext": {
+            "runAsUser": 0,
+            "runAsGroup": 0,
+            "runAsNonRoot": False,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "privileged": False,
+            "capabilities": {"drop": ["ALL"], "add": ["NET_ADMIN"]},
+        },
+        "volumeMounts": [{"name": "config", "mountPath": d.config_dir, "readOnly": True}],
     }
 
 

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from jsonschema import Draft7Validator
 
-from proxy_component.render import capi_manifests, manifests, plain_values
+from proxy_component.render import capi_manifests, capi_patches, manifests, plain_values
 from proxy_component.render.kustomize import json_patch, kustomization
 from proxy_component.render.kyverno import cluster_policy
 from proxy_component.settings import Settings, parse_settings
@@ -58,7 +58,7 @@ def _errors(schema: dict[str, Any], obj: Any) -> list[str]:
 
 
 def test_capi_objects_match_the_cluster_api_crds() -> None:
-    objects = capi_manifests(parse_settings(CAPI))
+    objects = capi_patches(parse_settings(CAPI))
     kcp = next(o for o in objects if o["kind"] == "KubeadmControlPlane")
     kct = next(o for o in objects if o["kind"] == "KubeadmConfigTemplate")
     kcp_schema = _schema("kubeadmcontrolplane-v1beta1.yaml")

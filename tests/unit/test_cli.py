@@ -130,7 +130,8 @@ injection: {kyverno: true}
 @pytest.mark.parametrize(
     ("fmt", "kinds"),
     [
-        (["capi"], ["Secret", "Secret", "KubeadmControlPlane", "KubeadmConfigTemplate"]),
+        (["capi"], ["Secret", "Secret"]),
+        (["capi-patches"], ["KubeadmControlPlane", "KubeadmConfigTemplate"]),
         (["kyverno"], ["ClusterPolicy"]),
         (["manifests"], ["ConfigMap", "DaemonSet", "Service", "ClusterPolicy"]),
         (["kustomize-patch", "--target-name", "web"], ["Kustomization"]),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 
 from proxy_component.render.env import ProxyValues, env_vars, proxy_config_object
-from proxy_component.render.proxy import config_digest, config_object, tinyproxy_conf, tinyproxy_filter
+from proxy_component.render.proxy import config_digest, config_object, firewall_rules, tinyproxy_conf, tinyproxy_filter
 from proxy_component.settings import parse_settings
 
 CLUSTER = {"podCidrs": ["10.244.0.0/16", "fd00:10:244::/56"], "nodeCidrs": ["192.168.0.0/24", "10.244.8.0/24"]}
@@ -51,8 +51,10 @@ def test_digest_is_scrypt_only_when_the_config_holds_credentials() -> None:
     plain = parse_settings({"cluster": CLUSTER})
     secret = parse_settings({"cluster": CLUSTER, "proxy": {"upstream": {"url": "http://u:p@proxy.corp:3128"}}})
     conf = "Port 8888\n"
-    content = (conf + "\0" + tinyproxy_filter(plain)).encode()
+    content = "\0".join((conf, tinyproxy_filter(plain), firewall_rules(plain))).encode()
     assert config_digest(plain, conf) == hashlib.sha256(content).hexdigest()
+    no_firewall = parse_settings({"cluster": CLUSTER, "deployment": {"firewall": {"enabled": False}}})
+    assert config_digest(no_firewall, conf) != config_digest(plain, conf)
     scrypt = hashlib.scrypt(content, salt=b"proxy-component/tinyproxy.conf", n=2**14, r=8, p=1, dklen=32)
     assert config_digest(secret, conf) == scrypt.hex()
 

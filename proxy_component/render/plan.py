@@ -1,0 +1,155 @@
+"""The one object plan: which objects exist for the settings, built from values that are strings or Outputs.
+
+`ClusterProxy` registers each planned object and `proxy-component render` dumps
+them; neither keeps a list of its own, so the two cannot drift. The set of
+objects depends on the static settings only; the values (NO_PROXY, the config
+text) may be unknown until a cluster's Outputs resolve.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ..settings import Settings, SettingsError
+from .capi import (
+    TKG_ADDONS,
+    cluster_values_secret,
+    cluster_values_yaml,
+    systemd_dropin,
+    systemd_proxy_secret,
+    tkg_addon_secrets,
+    tkg_addon_values,
+)
+from .env import ProxyValues, proxy_config_object
+from .helm import check_values_secrets, values_secret, values_secret_name, values_yaml
+from .kyverno import cluster_policy
+from .proxy import config_object, daemonset, service
+
+__all__ = ["PlanInputs", "Planned", "check_allow_sources", "check_unique", "node_values", "plan"]
+
+Obj = dict[str, Any]
+Cluster = Literal["workload", "management"]
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One object of the plan and how to register it.
+
+    `key` names it in `ClusterProxy.resources`; `suffix` follows the
+    component's name in the Pulumi logical name. Both are fixed per object kind
+    and name, never derived from optional settings, so that turning a setting
+    on never renames (and so replaces) a live object.
+    """
+
+    key: str
+    suffix: str
+    obj: Obj
+    cluster: Cluster = "workload"
+    depends_on: tuple[str, ...] = ()
+    replace_on_changes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """The values the builders put into objects; strings for the command, Outputs for the component.
+
+    `text(build, values)` turns values into a text: a call for strings, an
+    `apply` for Outputs.
+    """
+
+    values: ProxyValues
+    nodes: ProxyValues
+    conf: Any
+    digest: Any
+    text: Callable[[Callable[[ProxyValues], str], ProxyValues], Any]
+    ip_fields: Obj | None = None
+
+
+def node_values(settings: Settings, no_proxy: Any) -> ProxyValues:
+    """What node services and bootstrap add-ons use: a proxy nodes reach without cluster DNS."""
+    return ProxyValues(settings.node_http_proxy, settings.node_https_proxy, no_proxy)
+
+
+def check_allow_sources(settings: Settings, network_gives_sources: bool = False) -> None:
+    """Refuse a deployment whose Allow list would hold only loopback: tinyproxy would refuse every pod."""
+    if settings.deployment.enabled and not (settings.has_static_sources() or network_gives_sources):
+        raise SettingsError(
+            [
+                "cluster.podCidrs: [] and cluster.nodeCidrs: [] leave tinyproxy's Allow with only loopback, so it would "
+                "refuse every pod (expected at least one pod or node CIDR, deployment.allowedSourceCidrs, or a "
+                "discovered network)"
+            ]
+        )
+
+
+def check_unique(objects: list[Obj]) -> None:
+    """Refuse two objects with one kind, namespace and name: the later would silently replace the earlier."""
+    seen: set[tuple[str, str, str]] = set()
+    for obj in objects:
+        meta = obj["metadata"]
+        key = (str(obj["kind"]), str(meta.get("namespace", "")), str(meta["name"]))
+        if key in seen:
+            raise SettingsError(
+                [
+                    f"{key[0]} {key[1]}/{key[2]}: two objects would have this name (expected distinct names, "
+                    "e.g. another helmValuesSecrets[].name)"
+                ]
+            )
+        seen.add(key)
+
+
+def plan(settings: Settings, inputs: PlanInputs) -> list[Planned]:
+    """Every object for these settings, workload cluster first, then the management cluster's, in a stable order."""
+    check_values_secrets(settings)
+    planned: list[Planned] = []
+    if settings.deployment.enabled:
+        planned += [
+            Planned("config", "-tinyproxy-config", config_object(settings, inputs.conf)),
+            Planned("daemonset", "-tinyproxy", daemonset(settings, inputs.digest), depends_on=("config",)),
+            # The primary IP family of a Service cannot change in place: the API server refuses the update.
+            Planned(
+                "service", "-service", service(settings, inputs.ip_fields), replace_on_changes=("spec.ipFamilies",)
+            ),
+        ]
+    for namespace in settings.proxy_config_namespaces:
+        obj = proxy_config_object(settings, namespace, inputs.values)
+        planned.append(Planned(f"proxy-config/{namespace}", f"-proxy-config-{namespace}", obj))
+    if settings.injection.kyverno:
+        planned.append(Planned("kyverno-policy", "-kyverno-policy", cluster_policy(settings, inputs.values)))
+    for spec in settings.helm_values_secrets:
+        name = values_secret_name(spec)
+        text = inputs.text(functools.partial(values_yaml, spec.profile), inputs.values)
+        planned.append(
+            Planned(
+                f"helm-values/{spec.namespace}/{name}",
+                f"-helm-values-{spec.namespace}-{name}",
+                values_secret(spec, text),
+            )
+        )
+    if settings.capi.enabled:
+        nodes = inputs.nodes
+        planned += [
+            Planned(
+                "capi/systemd-proxy",
+                "-systemd-proxy",
+                systemd_proxy_secret(settings, inputs.text(systemd_dropin, nodes)),
+                cluster="management",
+            ),
+            Planned(
+                "capi/cluster-values",
+                "-cluster-values",
+                cluster_values_secret(settings, inputs.text(cluster_values_yaml, nodes)),
+                cluster="management",
+            ),
+        ]
+        if settings.capi.tkg_addons:
+            texts = {addon: inputs.text(functools.partial(tkg_addon_values, addon), nodes) for addon in TKG_ADDONS}
+            for obj in tkg_addon_secrets(settings, texts):
+                name = obj["metadata"]["name"]
+                planned.append(Planned(f"capi/{name}", f"-{name}", obj, cluster="management"))
+    check_unique([p.obj for p in planned if p.cluster == "workload"])
+    check_unique([p.obj for p in planned if p.cluster == "management"])
+    return planned
