@@ -14,7 +14,7 @@ import yaml
 from .clients import compat_notes
 from .noproxy import NoProxyError
 from .render import capi_manifests, capi_patches, manifests, plain_values
-from .render.helm import PROFILES, values_yaml
+from .render.helm import PROFILES, profile_values, values_yaml
 from .render.kustomize import kustomization
 from .render.kyverno import cluster_policy
 from .settings import Settings, SettingsError, load_settings, parse_settings, redact_url
@@ -113,7 +113,7 @@ def _check_format(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
 def _render(args: argparse.Namespace) -> int:
     settings = _load(args.config)
     if args.format[0] == "helm-values":
-        sys.stdout.write(values_yaml(args.format[1], plain_values(settings)))
+        sys.stdout.write(values_yaml(args.format[1], profile_values(settings, args.format[1])))
         return 0
     objects = _objects(settings, args)
     header = PATCH_HEADER if args.format[0] == "capi-patches" else ""

@@ -20,7 +20,7 @@ from .noproxy import NoProxy
 from .render import PlanInputs, Planned, check_allow_sources, node_values, plan
 from .render.capi import kubeadm_config_spec
 from .render.env import ProxyValues, env_vars
-from .render.helm import PROFILES, check_values_secrets, helm_values
+from .render.helm import PROFILES, check_values_secrets, helm_values, profile_no_proxy
 from .render.helm import merge_values as _merge_plain
 from .render.kustomize import kustomization
 from .render.proxy import config_digest, ip_family_fields, tinyproxy_conf
@@ -98,6 +98,17 @@ class ClusterProxy(pulumi.ComponentResource):
         if settings.proxy.upstream is not None and settings.proxy.upstream.credentials is not None:
             conf = pulumi.Output.secret(conf)
         digest = pulumi.Output.unsecret(conf.apply(lambda text: config_digest(settings, text)))
+        network_values = network.values() if network is not None else None
+
+        def profile_values(profile: str) -> ProxyValues:
+            """One Helm profile's values: the cluster's NO_PROXY plus the chart's own hosts, composed once known."""
+            if not PROFILES[profile].hosts:
+                return values  # the same NO_PROXY, composed (and reported) once
+            if network_values is None:
+                return ProxyValues(self.http_proxy, self.https_proxy, str(profile_no_proxy(settings, profile)))
+            profile_no = network_values.apply(lambda v: str(profile_no_proxy(settings, profile, v)))
+            return ProxyValues(self.http_proxy, self.https_proxy, profile_no)
+
         inputs = PlanInputs(
             values=values,
             nodes=node_values(settings, no_proxy),
@@ -105,11 +116,14 @@ class ClusterProxy(pulumi.ComponentResource):
             digest=digest,
             text=lambda build, v: _plain(v).apply(build),
             ip_fields=self._ip_fields(settings, network) if settings.deployment.enabled else None,
+            helm_values=profile_values,
         )
         for planned in plan(settings, inputs):
             self.resources[planned.key] = self._register(name, planned, args.management_provider)
 
-        self.helm_values = {profile: _maybe_secret(helm_values(profile, values), secret) for profile in PROFILES}
+        self.helm_values = {
+            profile: _maybe_secret(helm_values(profile, profile_values(profile)), secret) for profile in PROFILES
+        }
         self.kubeadm_config_spec = self._capi(settings, no_proxy)
         self.register_outputs(
             {

@@ -52,6 +52,7 @@ class Category(enum.IntEnum):
     API_SERVER = 5
     CLOUD_METADATA = 6
     USER = 7
+    CHART = 8  # a Helm profile's in-cluster host names, only in that profile's values
 
     @property
     def label(self) -> str:

@@ -718,8 +718,14 @@ class Settings(_Model):
         """True when a URL pods receive carries userinfo: every carrier must then be a Secret."""
         return any(urlsplit(u).username is not None for u in (self.http_proxy, self.https_proxy))
 
-    def no_proxy_sources(self, network: NetworkValues | None = None) -> list[Source]:
-        """Every raw NO_PROXY value, with its category and origin, in the categories' order."""
+    def no_proxy_sources(
+        self, network: NetworkValues | None = None, extra: Sequence[tuple[str, str]] = ()
+    ) -> list[Source]:
+        """Every raw NO_PROXY value, with its category and origin, in the categories' order.
+
+        `extra` holds (value, origin) pairs that one consumer adds for itself, e.g. the
+        host names a Helm chart's components call each other by; they come last, as `CHART`.
+        """
         c = self.cluster
         sources = [*loopback_sources(), *cluster_domain_sources(c.dns_domain)]
 
@@ -748,11 +754,12 @@ class Settings(_Model):
                 sources.extend(Source(v, category, f"{where}[{i}]") for i, v in enumerate(values))
         sources.extend(cloud_metadata_sources(c.cloud, c.region))
         add(Category.USER, "noProxy", self.proxy.no_proxy, "proxy")
+        sources.extend(Source(value, Category.CHART, origin) for value, origin in extra)
         return sources
 
-    def no_proxy(self, network: NetworkValues | None = None) -> NoProxy:
-        """The composed NO_PROXY list for these settings plus any run-time network facts."""
-        return compose(self.no_proxy_sources(network))
+    def no_proxy(self, network: NetworkValues | None = None, extra: Sequence[tuple[str, str]] = ()) -> NoProxy:
+        """The composed NO_PROXY list for these settings plus any run-time network facts and `extra` entries."""
+        return compose(self.no_proxy_sources(network, extra))
 
     def allowed_sources(self, network: NetworkValues | None = None) -> list[str]:
         """tinyproxy's Allow list: loopback, pod and node ranges, extra sources; collapsed and ordered."""

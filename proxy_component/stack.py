@@ -26,7 +26,14 @@ __all__ = ["CONFIG_NAMESPACE", "Discover", "discover_from_config", "main", "sett
 CONFIG_NAMESPACE = "proxy-component"
 # The settings' top-level keys, as the YAML file spells them (camelCase).
 SETTINGS_KEYS = tuple(info.alias or name for name, info in Settings.model_fields.items())
-PROVIDER_KEYS = ("renderYamlToDirectory", "kubeconfig", "context", "managementKubeconfig", "managementContext")
+PROVIDER_KEYS = (
+    "renderYamlToDirectory",
+    "kubeconfig",
+    "context",
+    "adoptExisting",
+    "managementKubeconfig",
+    "managementContext",
+)
 DISCOVER_KEY = "discover"
 
 _DISCOVER = f"{CONFIG_NAMESPACE}:{DISCOVER_KEY}"
@@ -141,13 +148,17 @@ def _provider(config: pulumi.Config) -> k8s.Provider | None:
     render_dir = config.get("renderYamlToDirectory") or None
     kubeconfig = _secret_key("kubeconfig")
     context = config.get("context") or None
-    if render_dir is None and kubeconfig is None and context is None:
+    adopt = config.get_bool("adoptExisting") or None
+    if render_dir is None and kubeconfig is None and context is None and adopt is None:
         return None
     return k8s.Provider(
         "cluster",
         render_yaml_to_directory=render_dir,
         kubeconfig=kubeconfig,
         context=context,
+        # Take over objects that already exist (e.g. kube-system/http-proxy from the runbook) instead of failing
+        # with AlreadyExists: pulumi-kubernetes >= 4.29 creates with a client-side create unless told to upsert.
+        upsert_existing_objects=adopt,
     )
 
 

@@ -6,6 +6,12 @@ values hold the three proxy leaves and nothing else: plain strings from the
 command, `pulumi.Output`s from the component; a builder puts them where they
 belong and never looks inside them. Where a chart takes an env list, the list
 is `env_vars(values)`: both spellings of the three variables.
+
+A profile also declares `hosts`: the short Service names its chart's components
+call each other by. Clients match NO_PROXY's CIDRs only against IP literals, so
+the pod and service CIDRs never cover a name; `profile_no_proxy` composes the
+cluster's NO_PROXY plus these names (category `CHART`) for that profile's values
+only, never into the cluster-wide NO_PROXY.
 """
 
 from __future__ import annotations
@@ -18,7 +24,8 @@ from typing import Any
 
 import yaml
 
-from ..settings import HelmValuesSecret, Settings, SettingsError
+from ..noproxy import NoProxy
+from ..settings import HelmValuesSecret, NetworkValues, Settings, SettingsError
 from .env import ProxyValues, env_vars
 
 __all__ = [
@@ -28,6 +35,8 @@ __all__ = [
     "check_values_secrets",
     "helm_values",
     "merge_values",
+    "profile_no_proxy",
+    "profile_values",
     "values_secret",
     "values_secret_name",
     "values_yaml",
@@ -38,7 +47,11 @@ Values = dict[str, Any]
 
 @dataclass(frozen=True)
 class Profile:
-    """How one chart takes the proxy settings: the keys it sets, where they were verified, and the builder."""
+    """How one chart takes the proxy settings: the keys it sets, where they were verified, and the builder.
+
+    `hosts` are the in-cluster names the chart's components call each other by
+    (empty when they talk only to the API server); `source` says where they come from.
+    """
 
     name: str
     chart: str
@@ -46,6 +59,11 @@ class Profile:
     source: str
     description: str
     build: Callable[[ProxyValues], Values]
+    hosts: tuple[str, ...] = ()
+
+    def no_proxy_sources(self) -> tuple[tuple[str, str], ...]:
+        """The (value, origin) pairs this profile adds to its own NO_PROXY."""
+        return tuple((host, f"helm profile {self.name}") for host in self.hosts)
 
 
 class UnknownProfileError(KeyError):
@@ -91,9 +109,17 @@ def _builder(spec: tuple[tuple[str, _Leaf], ...]) -> Callable[[ProxyValues], Val
     return build
 
 
-def _profile(name: str, chart: str, source: str, description: str, spec: tuple[tuple[str, _Leaf], ...]) -> Profile:
-    """A profile whose `keys` and builder come from one spec, so they cannot drift apart."""
-    return Profile(name, chart, tuple(path for path, _ in spec), source, description, _builder(spec))
+def _profile(
+    name: str,
+    chart: str,
+    source: str,
+    description: str,
+    spec: tuple[tuple[str, _Leaf], ...],
+    *,
+    hosts: tuple[str, ...],
+) -> Profile:
+    """A profile whose `keys` and builder come from one spec, so they cannot drift apart; `hosts` must be declared."""
+    return Profile(name, chart, tuple(path for path, _ in spec), source, description, _builder(spec), hosts)
 
 
 def _triple(prefix: str, http: str, https: str, no: str) -> tuple[tuple[str, _Leaf], ...]:
@@ -113,24 +139,37 @@ _ALL = (
         "jetstack/cert-manager (https://charts.jetstack.io)",
         "cert-manager/cert-manager: deploy/charts/cert-manager/values.yaml @001eb00d (documented top-level "
         "http_proxy, https_proxy, no_proxy); deploy/charts/cert-manager/templates/deployment.yaml @02ee550c "
-        "(they become HTTP_PROXY, HTTPS_PROXY, NO_PROXY on the controller container)",
+        "(they become HTTP_PROXY, HTTPS_PROXY, NO_PROXY on the controller container). Hosts: none, no "
+        "component calls another (the API server calls the webhook's Service, and does not read these variables)",
         "The controller is the component that calls ACME servers; the chart sets the upper-case variables from "
         "these three top-level keys. The webhook and cainjector talk only to the API server.",
         _triple("", *_SNAKE),
+        hosts=(),
     ),
     _profile(
         "argo-cd",
         "argo/argo-cd (https://argoproj.github.io/argo-helm)",
         "argoproj/argo-helm: charts/argo-cd/values.yaml @2792db17 (controller.env, dex.env, server.env, "
         "repoServer.env, applicationSet.extraEnv, notifications.extraEnv, commitServer.extraEnv, global.env); "
-        "charts/argo-cd/templates/argocd-repo-server/deployment.yaml @011824fa (env = concat global.env repoServer.env)",
+        "charts/argo-cd/templates/argocd-repo-server/deployment.yaml @011824fa (env = concat global.env repoServer.env)"
+        ". Hosts: for a release named argocd, from argoproj/argo-helm @af0a9310 (chart 10.1.1) "
+        "charts/argo-cd/templates/_common.tpl (argo-cd.fullname is the release name when it contains nameOverride "
+        "'argocd', else <release>-argocd; components are <fullname>-<component>) and _helpers.tpl "
+        "(argocd-cmd-params-cm presets: repo.server argocd-repo-server:8081, read by server, controller and "
+        "applicationSet, and notifications' --argocd-repo-server; redis.server argocd-redis:6379, or "
+        "argocd-redis-ha-haproxy:6379 with redis-ha.enabled, read by server, controller and repoServer; "
+        "server.dex.server https://argocd-dex-server:5556, read by server; commit.server argocd-commit-server:8086 "
+        "with commitServer.enabled, read by controller); argoproj/argo-cd common/common.go @010192f5 (the same "
+        "repo, commit, dex and redis names are the compiled-in defaults). No component calls argocd-server or the "
+        "applicationset, notifications or application controller: their Services serve users, SCM webhooks and "
+        "metrics",
         "Every component that reaches outside: repoServer (Git, Helm and OCI repositories), controller (remote "
         "cluster APIs), server (SSO/OIDC, remote clusters), applicationSet (SCM and pull-request generators), "
         "notifications (Slack, webhooks, mail), dex (upstream identity providers), commitServer (pushes hydrated "
         "manifests; off by default, the key is harmless then). Not redis, which makes no outbound calls. Not "
         "global.env: the chart concatenates it with each component's list, so a user's global.env plus ours "
         "would repeat names, while per-component lists merge without duplicates. The components call each other "
-        "by short Service names over gRPC, which honours HTTPS_PROXY: NO_PROXY must cover them.",
+        "by short Service names over gRPC, which honours HTTPS_PROXY: the profile's NO_PROXY adds those names.",
         _envs(
             "applicationSet.extraEnv",
             "commitServer.extraEnv",
@@ -140,56 +179,75 @@ _ALL = (
             "repoServer.env",
             "server.env",
         ),
+        hosts=(
+            "argocd-commit-server",
+            "argocd-dex-server",
+            "argocd-redis",
+            "argocd-redis-ha-haproxy",
+            "argocd-repo-server",
+        ),
     ),
     _profile(
         "cloudzero-agent",
         "cloudzero/cloudzero-agent (chart >= 1.2.12)",
         "Cloudzero/cloudzero-agent: helm/docs/egress-proxy.md @af79c256 (defaults.env reaches every chart-managed "
         "container; the chart never sets the proxy variables itself; seed 003); helm/docs/releases/1.2.13.md "
-        "@af79c256 (defaults.env added in 1.2.12, lowest precedence)",
+        "@af79c256 (defaults.env added in 1.2.12, lowest precedence). Hosts: none; helm/templates/_helpers.tpl "
+        "@e7edccc3 names every Service <release>-cz-<component> (cloudzero-agent.internal.resourceName), so no name "
+        "is fixed, and the agent reaches the aggregator and kube-state-metrics by <service>.<namespace>.svc."
+        "cluster.local (helm/templates/_alloy_helpers.tpl, _helpers.tpl @e7edccc3), which the cluster domain covers",
         "One chart-wide list reaches every container (agent, aggregator collector and shipper, webhook server, "
         "validator, jobs); all are Go binaries that read the variables.",
         _envs("defaults.env"),
+        hosts=(),
     ),
     _profile(
         "env",
         "generic: charts with a top-level env list",
         "seed 000 (Helm values, method 4: a top-level env list); giantswarm/cluster-apps-operator: "
         "service/controller/resource/clustersecret/desired.go @03504133 writes the same shape",
-        "For charts whose single workload reads a top-level env list of {name, value} entries.",
+        "For charts whose single workload reads a top-level env list of {name, value} entries. Hosts: none, the "
+        "chart is not known.",
         _envs("env"),
+        hosts=(),
     ),
     _profile(
         "external-secrets",
         "external-secrets/external-secrets (https://charts.external-secrets.io)",
         "external-secrets/external-secrets: deploy/charts/external-secrets/values.yaml @c07d6894 (extraEnv, "
         "webhook.extraEnv, certController.extraEnv); deploy/charts/external-secrets/templates/deployment.yaml "
-        "@01b05737 (top-level extraEnv is the controller container's env)",
+        "@01b05737 (top-level extraEnv is the controller container's env). Hosts: none, no component calls another "
+        "(the API server calls the webhook's Service)",
         "Only the controller talks to the secret providers (cloud secret managers, Vault, ...). The webhook "
         "validates resources and the cert controller keeps the webhook certificate: both talk to the API server "
         "only, so webhook.extraEnv and certController.extraEnv are left alone.",
         _envs("extraEnv"),
+        hosts=(),
     ),
     _profile(
         "giantswarm-cluster-values",
         "Giant Swarm <cluster>-cluster-values Secret/ConfigMap (cluster-apps-operator)",
         "giantswarm/cluster-apps-operator: service/controller/resource/clustersecret/desired.go @03504133 "
         '(values["cluster"]["proxy"] = {http, https, noProxy}; top-level http_proxy, https_proxy, no_proxy '
-        '"specific to cert-manager because we use upstream chart schema"); seed 001',
+        '"specific to cert-manager because we use upstream chart schema"); seed 001. Hosts: none, these are '
+        "cluster-wide values for many charts, not one chart's components",
         "cluster.proxy is read by Giant Swarm charts and chart-operator; the top-level keys are cert-manager's, so "
         "the same values file configures cert-manager too.",
         (*_triple("cluster.proxy.", "http", "https", "noProxy"), *_triple("", *_SNAKE)),
+        hosts=(),
     ),
     _profile(
         "kapp-controller",
         "TKG addon kapp-controller (Carvel package data values, not a Helm chart)",
         "vmware-tanzu/tanzu-framework: providers/ytt/02_addons/kapp-controller/kapp-controller_addon_data.lib.yaml "
         "@d980c5a4 (kappController.config.httpProxy, httpsProxy, noProxy); vmware-tanzu/community-edition: "
-        "cli/cmd/plugin/standalone-cluster/kapp/values.go (same nesting); seed 002",
+        "cli/cmd/plugin/standalone-cluster/kapp/values.go (same nesting); seed 002. Hosts: none, kapp-controller "
+        "talks to the API server and registries (the API server calls its packaging API)",
         "kapp-controller fetches package bundles and images from registries. Upstream Carvel installs take the "
         "same three keys in the kapp-controller-config Secret (carvel-dev/kapp-controller: "
         "config/overlays/controller-config-overlay.yml); this profile is the TKG addon layout.",
         _triple("kappController.config.", *_CAMEL),
+        hosts=(),
     ),
     _profile(
         "kyverno",
@@ -198,7 +256,8 @@ _ALL = (
         "(admissionController.container.extraEnvVars); background-controller/deployment.yaml @0101d004 "
         "(backgroundController.extraEnvVars); cleanup-controller/deployment.yaml @0249a88d "
         "(cleanupController.extraEnvVars); reports-controller/deployment.yaml @02accab3 "
-        "(reportsController.extraEnvVars)",
+        "(reportsController.extraEnvVars). Hosts: none, the controllers talk to the API server and not to each "
+        "other (the API server calls the admission and cleanup controllers' webhook Services)",
         "All four controllers can reach outside: admission (verifyImages against registries, Sigstore/TUF; "
         "apiCall context), background (generate and mutate-existing rules with apiCall or imageRegistry "
         "context), reports (background scans, registry client), cleanup (global context entries). Not the "
@@ -210,30 +269,37 @@ _ALL = (
             "cleanupController.extraEnvVars",
             "reportsController.extraEnvVars",
         ),
+        hosts=(),
     ),
     _profile(
         "proxy",
         "generic: charts with proxy.{httpProxy,httpsProxy,noProxy}",
         "seed 000 (Helm values: 'if the chart has specific proxy settings')",
-        "A common convention for charts with their own proxy settings; check the chart's values before use.",
+        "A common convention for charts with their own proxy settings; check the chart's values before use. Hosts: "
+        "none, the chart is not known.",
         _triple("proxy.", *_CAMEL),
+        hosts=(),
     ),
     _profile(
         "vsphere-cpi",
         "TKG addon vsphere-cpi (Carvel package data values, not a Helm chart)",
         "vmware-tanzu/community-edition: addons/packages/vsphere-cpi/1.22.6/bundle/config/schema.yaml @c579071a "
         "(vsphereCPI.http_proxy, https_proxy, no_proxy); vmware-tanzu/tanzu-framework: "
-        "providers/ytt/02_addons/cpi/cpi_secret_crs.yaml (the <cluster>-vsphere-cpi-addon Secret); seed 002",
+        "providers/ytt/02_addons/cpi/cpi_secret_crs.yaml (the <cluster>-vsphere-cpi-addon Secret); seed 002. "
+        "Hosts: none, the cloud provider talks to vCenter and the API server only",
         "The cloud provider talks to vCenter.",
         _triple("vsphereCPI.", *_SNAKE),
+        hosts=(),
     ),
     _profile(
         "vsphere-csi",
         "TKG addon vsphere-csi (Carvel package data values, not a Helm chart)",
         "vmware-tanzu/tanzu-framework: providers/ytt/02_addons/csi/csi_addon_data.lib.yaml @ac28f563 "
-        "(vsphereCSI.http_proxy, https_proxy, no_proxy); seed 002",
+        "(vsphereCSI.http_proxy, https_proxy, no_proxy); seed 002. Hosts: none, the CSI controller talks to vCenter "
+        "and the API server, its sidecars to the driver over a Unix socket",
         "The CSI controller talks to vCenter.",
         _triple("vsphereCSI.", *_SNAKE),
+        hosts=(),
     ),
 )
 
@@ -241,12 +307,31 @@ PROFILES: Mapping[str, Profile] = MappingProxyType({p.name: p for p in sorted(_A
 
 
 def helm_values(profile: str, values: ProxyValues) -> Values:
-    """The values of one profile, fresh on every call (no two calls or key paths share a container)."""
+    """The values of one profile, fresh on every call (no two calls or key paths share a container).
+
+    `values.no_proxy` should be the profile's own NO_PROXY (`profile_no_proxy`), which adds its chart's hosts.
+    """
+    return _chosen(profile).build(values)
+
+
+def _chosen(profile: str) -> Profile:
     try:
-        chosen = PROFILES[profile]
+        return PROFILES[profile]
     except KeyError:
         raise UnknownProfileError(profile) from None
-    return chosen.build(values)
+
+
+def profile_no_proxy(settings: Settings, profile: str, network: NetworkValues | None = None) -> NoProxy:
+    """The cluster's NO_PROXY plus the profile's own host names, for that profile's values only."""
+    return settings.no_proxy(network, extra=_chosen(profile).no_proxy_sources())
+
+
+def profile_values(
+    settings: Settings, profile: str, network: NetworkValues | None = None, values: ProxyValues | None = None
+) -> ProxyValues:
+    """The three values one profile's builder receives: `values`' URLs (default: the settings') and its NO_PROXY."""
+    http, https = (values.http_proxy, values.https_proxy) if values else (settings.http_proxy, settings.https_proxy)
+    return ProxyValues(http, https, str(profile_no_proxy(settings, profile, network)))
 
 
 def merge_values(user: Mapping[str, Any], proxy: Mapping[str, Any]) -> Values:

@@ -24,7 +24,7 @@ from .capi import (
     tkg_addon_values,
 )
 from .env import ProxyValues, proxy_config_object
-from .helm import check_values_secrets, values_secret, values_secret_name, values_yaml
+from .helm import check_values_secrets, profile_values, values_secret, values_secret_name, values_yaml
 from .kyverno import cluster_policy
 from .proxy import config_object, daemonset, service
 
@@ -57,7 +57,9 @@ class PlanInputs:
     """The values the builders put into objects; strings for the command, Outputs for the component.
 
     `text(build, values)` turns values into a text: a call for strings, an
-    `apply` for Outputs.
+    `apply` for Outputs. `helm_values(profile)` gives one Helm profile's values,
+    whose NO_PROXY adds the chart's own hosts; without it they are composed from
+    the settings alone (the command's plan, which has no run-time network).
     """
 
     values: ProxyValues
@@ -66,6 +68,7 @@ class PlanInputs:
     digest: Any
     text: Callable[[Callable[[ProxyValues], str], ProxyValues], Any]
     ip_fields: Obj | None = None
+    helm_values: Callable[[str], ProxyValues] | None = None
 
 
 def node_values(settings: Settings, no_proxy: Any) -> ProxyValues:
@@ -121,7 +124,8 @@ def plan(settings: Settings, inputs: PlanInputs) -> list[Planned]:
         planned.append(Planned("kyverno-policy", "-kyverno-policy", cluster_policy(settings, inputs.values)))
     for spec in settings.helm_values_secrets:
         name = values_secret_name(spec)
-        text = inputs.text(functools.partial(values_yaml, spec.profile), inputs.values)
+        helm = inputs.helm_values or functools.partial(profile_values, settings, values=inputs.values)
+        text = inputs.text(functools.partial(values_yaml, spec.profile), helm(spec.profile))
         planned.append(
             Planned(
                 f"helm-values/{spec.namespace}/{name}",

@@ -9,7 +9,7 @@ import pulumi_kubernetes as k8s
 import pytest
 import yaml
 
-from proxy_component import ClusterProxy, ClusterProxyArgs, SettingsError
+from proxy_component import ClusterNetwork, ClusterProxy, ClusterProxyArgs, SettingsError
 from proxy_component.render.helm import PROFILES
 from tests.conftest import Harness, holds_secret
 
@@ -49,6 +49,45 @@ def test_helm_values_are_outputs_for_every_profile(mocked: Harness) -> None:
         "no_proxy": no_proxy,
     }
     assert not mocked.secret(proxy.helm_values["cert-manager"])
+
+
+ARGO_CD_HOSTS = "argocd-commit-server,argocd-dex-server,argocd-redis,argocd-redis-ha-haproxy,argocd-repo-server"
+
+
+def test_argo_cd_helm_values_add_the_charts_service_names_to_their_own_no_proxy(mocked: Harness) -> None:
+    settings = {**PLAIN, "helmValuesSecrets": [{"profile": "argo-cd", "namespace": "argocd"}]}
+    proxy = ClusterProxy("egress", ClusterProxyArgs(settings=settings))
+    cluster = mocked.value(proxy.no_proxy)
+    assert "argocd" not in cluster
+    assert "10.244.0.0/16" in cluster.split(",")
+    argo = mocked.value(proxy.helm_values["argo-cd"])
+    for component, key in (("repoServer", "env"), ("server", "env"), ("applicationSet", "extraEnv")):
+        env = {e["name"]: e["value"] for e in argo[component][key]}
+        assert env["NO_PROXY"] == env["no_proxy"] == f"{cluster},{ARGO_CD_HOSTS}", component
+    assert not mocked.secret(proxy.helm_values["argo-cd"])
+    for name in PROFILES:
+        if name != "argo-cd":
+            assert "argocd-repo-server" not in repr(mocked.value(proxy.helm_values[name])), name
+    registered = {r.name: r for r in mocked.settle()}
+    text = registered["egress-helm-values-argocd-argo-cd-proxy-values"].inputs["stringData"]["values.yaml"]
+    env = {e["name"]: e["value"] for e in yaml.safe_load(text)["controller"]["env"]}
+    assert env["NO_PROXY"] == f"{cluster},{ARGO_CD_HOSTS}"
+    assert registered["egress-proxy-config-apps"].inputs["data"]["NO_PROXY"] == cluster
+
+
+def test_argo_cd_helm_values_compose_the_network_with_the_charts_names(mocked: Harness) -> None:
+    network = ClusterNetwork(
+        pod_cidrs=pulumi.Output.from_input(["10.1.0.0/16"]), service_cidrs=["172.20.0.0/16"], origin="eks"
+    )
+    proxy = ClusterProxy("egress", ClusterProxyArgs(settings={"namespaces": ["default"]}, network=network))
+    cluster = mocked.value(proxy.no_proxy)
+    assert {"172.20.0.0/16", "10.1.0.0/16"} <= set(cluster.split(","))
+    env = {e["name"]: e["value"] for e in mocked.value(proxy.helm_values["argo-cd"])["dex"]["env"]}
+    assert env["NO_PROXY"] == f"{cluster},{ARGO_CD_HOSTS}"
+    assert mocked.value(proxy.helm_values["kyverno"])["reportsController"]["extraEnvVars"][4] == {
+        "name": "NO_PROXY",
+        "value": cluster,
+    }
 
 
 def test_management_objects_go_through_the_management_provider(mocked: Harness) -> None:

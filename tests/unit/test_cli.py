@@ -201,3 +201,38 @@ def test_a_config_that_is_not_utf8_is_named(tmp_path: Path, capsys: pytest.Captu
     config.write_bytes("cluster: {name: caf\xe9}\n".encode("latin-1"))
     assert main(["no-proxy", str(config)]) == 2
     assert f"{config}: not UTF-8 text" in capsys.readouterr().err
+
+
+def test_render_to_a_directory_leaves_exactly_the_current_render(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    config = tmp_path / "c.yaml"
+    config.write_text(CAPI_CONFIG)
+    assert main(["render", str(config), "-o", str(out)]) == 0
+    before = sorted(p.name for p in out.iterdir())
+    assert any("clusterpolicy" in name for name in before)
+    config.write_text(CAPI_CONFIG.replace("injection: {kyverno: true}\n", ""))
+    assert main(["render", str(config), "-o", str(out)]) == 0
+    after = sorted(p.name for p in out.iterdir())
+    assert after == [name for name in before if "clusterpolicy" not in name], "the stale policy file must go"
+
+
+def test_render_refuses_a_directory_with_files_it_did_not_write(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "mine.yaml").write_text("kind: Namespace\n")
+    assert main(["render", "-o", str(out)]) == 2
+    assert "holds 'mine.yaml', which proxy-component did not write" in capsys.readouterr().err
+    assert [p.name for p in out.iterdir()] == ["mine.yaml"], "nothing is half-written"
+
+
+def test_capi_patches_say_they_are_patches(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text(CAPI_CONFIG)
+    assert main(["render", str(config), "--format", "capi-patches"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("# Merge patches for your Cluster API cluster, NOT objects to apply")
+    assert "replaces them whole" in out
+    assert main(["render", str(config), "--format", "capi"]) == 0
+    assert "Kubeadm" not in capsys.readouterr().out

@@ -10,8 +10,20 @@ from typing import Any
 import pytest
 import yaml
 
+from proxy_component.noproxy import Category, Kind, parse_entry
+from proxy_component.render import plain_values
 from proxy_component.render.env import ProxyValues, env_vars
-from proxy_component.render.helm import PROFILES, Profile, UnknownProfileError, helm_values, merge_values
+from proxy_component.render.helm import (
+    PROFILES,
+    Profile,
+    UnknownProfileError,
+    helm_values,
+    merge_values,
+    profile_no_proxy,
+    profile_values,
+    values_yaml,
+)
+from proxy_component.settings import NetworkValues, parse_settings
 
 HTTP = "http://http-proxy.kube-system.svc:8888"
 HTTPS = "http://https-proxy.corp.example:8443"
@@ -55,6 +67,42 @@ EXPECTED: dict[str, dict[str, Any]] = {
     "vsphere-cpi": {"vsphereCPI": SNAKE},
     "vsphere-csi": {"vsphereCSI": SNAKE},
 }
+
+
+# The short Service names each chart's components call each other by (release `argocd` for Argo CD).
+HOSTS: dict[str, tuple[str, ...]] = {
+    "argo-cd": (
+        "argocd-commit-server",
+        "argocd-dex-server",
+        "argocd-redis",
+        "argocd-redis-ha-haproxy",
+        "argocd-repo-server",
+    ),
+    "cert-manager": (),
+    "cloudzero-agent": (),
+    "env": (),
+    "external-secrets": (),
+    "giantswarm-cluster-values": (),
+    "kapp-controller": (),
+    "kyverno": (),
+    "proxy": (),
+    "vsphere-cpi": (),
+    "vsphere-csi": (),
+}
+
+CLUSTER_SETTINGS: dict[str, Any] = {
+    "cluster": {
+        "podCidrs": ["10.244.0.0/16"],
+        "serviceCidrs": ["10.96.0.0/12"],
+        "apiServerIps": ["10.96.0.1"],
+        "cloud": "aws",
+    },
+    "proxy": {"noProxy": ["registry.corp"]},
+}
+CLUSTER_NO_PROXY = (
+    "localhost,127.0.0.1,::1,cluster.local,.cluster.local,svc,.svc,kubernetes,kubernetes.default,10.96.0.0/12,"
+    "10.244.0.0/16,10.96.0.1,169.254.169.254,169.254.170.23,fd00:ec2::23,fd00:ec2::254,registry.corp"
+)
 
 
 class Opaque:
@@ -156,6 +204,111 @@ def test_env_lists_are_not_shared_between_components_or_calls() -> None:
     assert helm_values("argo-cd", VALUES)["server"]["env"] == ENV
 
 
+# --- each profile's own NO_PROXY: the cluster's entries plus its chart's host names --------------------------
+
+
+def no_proxy_leaves(out: Mapping[str, Any], profile: Profile) -> list[str]:
+    """Every NO_PROXY value a profile's values carry (both spellings of env lists, and scalar keys)."""
+    found: list[str] = []
+    for path in profile.keys:
+        leaf = value_at(out, path)
+        if isinstance(leaf, list):
+            found += [entry["value"] for entry in leaf if entry["name"].upper() == "NO_PROXY"]
+        elif path.split(".")[-1] in ("no_proxy", "noProxy"):
+            found.append(leaf)
+    assert found, profile.name
+    return found
+
+
+def test_each_profile_declares_exactly_its_charts_hosts() -> None:
+    assert {name: profile.hosts for name, profile in PROFILES.items()} == HOSTS
+
+
+@pytest.mark.parametrize("profile", PROFILES.values(), ids=lambda p: p.name)
+def test_hosts_are_plain_names_that_the_source_text_names(profile: Profile) -> None:
+    assert "Hosts: " in profile.source or "Hosts: " in profile.description
+    for host in profile.hosts:
+        entry = parse_entry(host)
+        assert (entry.kind, entry.value, entry.port) == (Kind.HOST, host, None)
+        assert host in profile.source, host
+
+
+def test_argo_cd_no_proxy_holds_the_clusters_entries_then_its_service_names() -> None:
+    settings = parse_settings(CLUSTER_SETTINGS)
+    out = helm_values("argo-cd", profile_values(settings, "argo-cd"))
+    expected = CLUSTER_NO_PROXY + "," + ",".join(HOSTS["argo-cd"])
+    leaves = no_proxy_leaves(out, PROFILES["argo-cd"])
+    assert len(leaves) == 14  # seven components, two spellings each
+    assert set(leaves) == {expected}
+    tokens = expected.split(",")
+    for name in ("argocd-repo-server", "argocd-redis", "argocd-dex-server", "argocd-commit-server"):
+        assert name in tokens
+    assert out["repoServer"]["env"][0] == {"name": "HTTP_PROXY", "value": settings.http_proxy}
+
+
+def test_the_chart_names_have_their_own_category_and_origin() -> None:
+    composed = profile_no_proxy(parse_settings(CLUSTER_SETTINGS), "argo-cd")
+    charts = [e for e in composed.entries if e.category is Category.CHART]
+    assert [e.value for e in charts] == list(HOSTS["argo-cd"])
+    assert all(e.origins == ("helm profile argo-cd",) for e in charts)
+    assert composed.entries[-len(charts) :] == tuple(charts)
+    line = next(line for line in composed.explain() if line.startswith("argocd-repo-server "))
+    assert line.split()[1:] == ["chart", "helm", "profile", "argo-cd"]
+
+
+def test_a_name_the_user_already_lists_appears_once_with_both_origins() -> None:
+    settings = parse_settings({"proxy": {"noProxy": ["argocd-repo-server", "ARGOCD-REDIS"]}})
+    composed = profile_no_proxy(settings, "argo-cd")
+    tokens = str(composed).split(",")
+    assert tokens.count("argocd-repo-server") == 1
+    assert tokens.count("argocd-redis") == 1
+    entry = next(e for e in composed.entries if e.value == "argocd-repo-server")
+    assert entry.category is Category.USER
+    assert entry.origins == ("helm profile argo-cd", "proxy.noProxy[0]")
+
+
+@pytest.mark.parametrize("profile", PROFILES.values(), ids=lambda p: p.name)
+def test_a_profiles_names_appear_only_in_its_own_values(profile: Profile) -> None:
+    settings = parse_settings(CLUSTER_SETTINGS)
+    tokens = set(str(profile_no_proxy(settings, profile.name)).split(","))
+    others = {host for name, hosts in HOSTS.items() if name != profile.name for host in hosts}
+    assert set(HOSTS[profile.name]) <= tokens
+    assert not tokens & others
+    assert tokens - set(HOSTS[profile.name]) == set(CLUSTER_NO_PROXY.split(","))
+    for leaf in no_proxy_leaves(helm_values(profile.name, profile_values(settings, profile.name)), profile):
+        assert leaf == str(profile_no_proxy(settings, profile.name))
+
+
+def test_the_cluster_wide_no_proxy_keeps_no_chart_names() -> None:
+    settings = parse_settings(CLUSTER_SETTINGS)
+    for name in PROFILES:
+        profile_no_proxy(settings, name)
+    assert str(settings.no_proxy()) == CLUSTER_NO_PROXY
+    assert plain_values(settings).no_proxy == CLUSTER_NO_PROXY
+    assert all(e.category is not Category.CHART for e in settings.no_proxy().entries)
+
+
+def test_profile_no_proxy_composes_the_run_time_network_too() -> None:
+    settings = parse_settings({})
+    network = NetworkValues(origin="eks", pod_cidrs=["10.1.0.0/16"], service_cidrs=["172.20.0.0/16"])
+    tokens = str(profile_no_proxy(settings, "argo-cd", network)).split(",")
+    assert tokens[tokens.index("172.20.0.0/16") + 1] == "10.1.0.0/16"
+    assert tokens[-5:] == list(HOSTS["argo-cd"])
+    assert str(profile_no_proxy(settings, "cert-manager", network)) == str(settings.no_proxy(network))
+
+
+def test_values_yaml_of_argo_cd_carries_the_names() -> None:
+    settings = parse_settings(CLUSTER_SETTINGS)
+    loaded = yaml.safe_load(values_yaml("argo-cd", profile_values(settings, "argo-cd")))
+    no_proxy = {e["name"]: e["value"] for e in loaded["controller"]["env"]}["NO_PROXY"]
+    assert no_proxy.endswith(",argocd-redis,argocd-redis-ha-haproxy,argocd-repo-server")
+
+
+def test_profile_no_proxy_refuses_an_unknown_profile() -> None:
+    with pytest.raises(UnknownProfileError):
+        profile_no_proxy(parse_settings({}), "nginx")
+
+
 def test_unknown_profile_names_the_value_and_the_accepted_names() -> None:
     with pytest.raises(UnknownProfileError) as caught:
         helm_values("nginx", VALUES)
@@ -176,6 +329,7 @@ def test_the_docs_table_lists_every_profile_and_key() -> None:
     for name, profile in PROFILES.items():
         cells = rows[f"`{name}`"].split("|")
         assert cells[3].strip() == "<br>".join(f"`{key}`" for key in profile.keys), name
+        assert cells[-2].strip() == ("<br>".join(f"`{host}`" for host in profile.hosts) or "none"), name
 
 
 # --- fidelity to the seed documents ----------------------------------------------------------------

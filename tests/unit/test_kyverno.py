@@ -117,3 +117,8 @@ def test_the_clone_never_targets_its_source_or_namespaces_the_component_manages(
         namespaces=["apps"],
     )
     assert _rule(policy, "clone-proxy-config")["exclude"] == {"any": [{"resources": {"names": ["apps", "egress"]}}]}
+
+
+def test_an_injection_only_policy_never_blocks_pod_creation() -> None:
+    settings = parse_settings({"cluster": {"podCidrs": ["10.0.0.0/16"]}, "injection": {"kyverno": True}})
+    assert cluster_policy(settings, plain_values(settings))["spec"]["failurePolicy"] == "Ignore"

@@ -249,3 +249,28 @@ def test_explain_names_every_entry_with_its_origin() -> None:
     lines = settings.no_proxy().explain()
     assert lines[0].split() == ["localhost", "loopback", "loopback"]
     assert lines[-1].endswith("proxy.noProxy[0]; covers 10.244.0.0/16 (cluster.podCidrs[0])")
+
+
+def test_extra_entries_come_last_as_their_own_category_and_leave_the_default_alone() -> None:
+    settings = parse_settings({"cluster": {"podCidrs": ["10.244.0.0/16"]}, "proxy": {"noProxy": ["zz.corp"]}})
+    plain = str(settings.no_proxy())
+    extra = [("svc-b", "chart b"), ("svc-a", "chart a"), ("ZZ.corp", "chart z")]
+    composed = settings.no_proxy(extra=extra)
+    assert Category.CHART > Category.USER
+    assert str(composed) == f"{plain},svc-a,svc-b"
+    assert [(e.value, e.category, e.origins) for e in composed.entries[-2:]] == [
+        ("svc-a", Category.CHART, ("chart a",)),
+        ("svc-b", Category.CHART, ("chart b",)),
+    ]
+    # A value the user lists already keeps its place (the lower category) and gains the origin.
+    assert composed.entries[-3].value == "zz.corp"
+    assert composed.entries[-3].origins == ("chart z", "proxy.noProxy[0]")
+    assert settings.no_proxy_sources(extra=extra)[-3:] == [Source(v, Category.CHART, o) for v, o in extra]
+    assert str(settings.no_proxy()) == plain
+    reversed_extra = str(settings.no_proxy(extra=extra[::-1]))
+    assert reversed_extra == str(composed)
+
+
+def test_a_bad_extra_entry_names_its_origin() -> None:
+    with pytest.raises(NoProxyError, match=r"^helm profile x: 'http://a' is a URL"):
+        parse_settings({}).no_proxy(extra=[("http://a", "helm profile x")])

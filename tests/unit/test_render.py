@@ -5,7 +5,14 @@ from __future__ import annotations
 import hashlib
 
 from proxy_component.render.env import ProxyValues, env_vars, proxy_config_object
-from proxy_component.render.proxy import config_digest, config_object, firewall_rules, tinyproxy_conf, tinyproxy_filter
+from proxy_component.render.proxy import (
+    config_digest,
+    config_object,
+    daemonset,
+    firewall_rules,
+    tinyproxy_conf,
+    tinyproxy_filter,
+)
 from proxy_component.settings import parse_settings
 
 CLUSTER = {"podCidrs": ["10.244.0.0/16", "fd00:10:244::/56"], "nodeCidrs": ["192.168.0.0/24", "10.244.8.0/24"]}
@@ -96,3 +103,42 @@ def test_proxy_config_is_a_secret_when_the_urls_carry_credentials() -> None:
         "proxy-config",
         "b",
     )
+
+
+def test_the_proxy_runs_on_linux_workers_unless_asked_for_control_planes() -> None:
+    settings = parse_settings({"cluster": CLUSTER})
+    pod = daemonset(settings, "digest")["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    (term,) = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert term == {"matchExpressions": [{"key": "node-role.kubernetes.io/control-plane", "operator": "DoesNotExist"}]}
+    everywhere = parse_settings({"cluster": CLUSTER, "deployment": {"controlPlane": True}})
+    assert "affinity" not in daemonset(everywhere, "digest")["spec"]["template"]["spec"]
+
+
+def test_the_firewall_init_container_is_root_with_net_admin_only() -> None:
+    settings = parse_settings({"cluster": CLUSTER, "deployment": {"runAsUser": 50000}})
+    pod = daemonset(settings, "digest")["spec"]["template"]["spec"]
+    (init,) = pod["initContainers"]
+    assert init["command"] == ["nft", "-f", "/etc/tinyproxy/nftables.conf"]
+    assert init["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["NET_ADMIN"]}
+    assert init["securityContext"]["allowPrivilegeEscalation"] is False
+    assert pod["securityContext"]["runAsUser"] == 50000
+    assert "meta skuid 50000 " in firewall_rules(settings)
+    off = parse_settings({"cluster": CLUSTER, "deployment": {"firewall": {"enabled": False}}})
+    assert "initContainers" not in daemonset(off, "digest")["spec"]["template"]["spec"]
+    assert "nftables.conf" not in config_object(off, "conf")["data"]
+
+
+def test_firewall_deny_cidrs_are_normalised_and_ordered() -> None:
+    settings = parse_settings(
+        {"deployment": {"firewall": {"denyCidrs": ["fe80::1/10", "169.254.1.1/16", "10.1.2.3/32"]}}}
+    )
+    assert settings.deployment.firewall.deny_cidrs == ["10.1.2.3/32", "169.254.0.0/16", "fe80::/10"]
+
+
+def test_numbers_are_quantities_as_kubernetes_reads_them() -> None:
+    settings = parse_settings(
+        {"deployment": {"resources": {"limits": {"cpu": 1, "memory": "128Mi"}, "requests": {"cpu": 0.5}}}}
+    )
+    assert settings.deployment.resources.limits == {"cpu": "1", "memory": "128Mi"}
+    assert settings.deployment.resources.requests == {"cpu": "0.5"}

@@ -1,0 +1,118 @@
+"""The real Pulumi CLI, built from its Go module by scripts/engine, on this repository's projects (pytest -m engine).
+
+What runs here and what cannot: the CLI (github.com/pulumi/pulumi/pkg/v3) is built and run for real, with a
+file backend in a temporary directory. The Python language host and the Kubernetes provider are not served
+by the Go module proxy these machines reach (scripts/engine names the module and go's error), so no program
+runs under the engine here: these tests stop where the CLI would start the language host, and prove what
+the CLI checks before it: the projects' config declarations, stacks and the workflow that runs previews.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.engine
+NO_HOST = "failed to load language plugin python: no language plugin 'pulumi-language-python' found"
+# Stack config a user must give these examples (their programs `require` it); tests/unit/test_projects.py
+# checks that nothing else is required.
+REQUIRED = {
+    "examples/aks": {"corporateProxy": "http://proxy.corp.example:3128"},
+    "examples/existing-program": {"kubeconfig": "apiVersion: v1\nkind: Config\n"},
+}
+
+
+@pytest.fixture(scope="session")
+def engine() -> Path:
+    """The directory scripts/engine built the CLI into (a warm cache builds nothing)."""
+    result = subprocess.run(["bash", str(ROOT / "scripts/engine"), "cli"], capture_output=True, text=True, timeout=3000)
+    if result.returncode != 0:
+        pytest.fail(f"scripts/engine cli failed:\n{result.stderr}")
+    path = Path(result.stdout.strip().splitlines()[-1])
+    assert (path / "pulumi").is_file()
+    return path
+
+
+Cli = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture
+def cli(engine: Path, tmp_path: Path) -> Cli:
+    env = {
+        **os.environ,
+        "PATH": f"{engine}:{os.environ['PATH']}",
+        "PULUMI_BACKEND_URL": f"file://{tmp_path / 'state'}",
+        "PULUMI_HOME": str(tmp_path / "home"),
+        "PULUMI_CONFIG_PASSPHRASE": "test",
+        "PULUMI_SKIP_UPDATE_CHECK": "true",
+        "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+    }
+    (tmp_path / "state").mkdir()
+
+    def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["pulumi", *args, "--non-interactive"], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+        )
+
+    return run
+
+
+def _copy(project: Path, tmp_path: Path) -> Path:
+    """The project in a scratch directory (the CLI writes stack files beside Pulumi.yaml)."""
+    dest = tmp_path / "project"
+    shutil.copytree(ROOT / project, dest, ignore=shutil.ignore_patterns(".venv", "rendered", "__pycache__"))
+    return dest
+
+
+def test_the_cli_is_the_pinned_version(engine: Path) -> None:
+    version = subprocess.run([str(engine / "pulumi"), "version"], capture_output=True, text=True, check=True)
+    assert version.stdout.strip() == "v3.259.0"
+
+
+PROJECTS = [p.parent.relative_to(ROOT) for p in sorted(ROOT.glob("**/Pulumi.yaml")) if ".venv" not in p.parts]
+
+
+@pytest.mark.parametrize("project", PROJECTS, ids=str)
+def test_a_new_stack_needs_only_the_config_its_program_requires(cli: Cli, project: Path, tmp_path: Path) -> None:
+    work = _copy(project, tmp_path)
+    stack = "dev" if (work / "Pulumi.dev.yaml").exists() else "ci"
+    init = cli("stack", "init", stack, cwd=work)
+    assert init.returncode == 0, init.stderr
+    for key, value in REQUIRED.get(str(project), {}).items():
+        assert cli("config", "set", "--secret", key, value, cwd=work).returncode == 0
+    preview = cli("preview", "--stack", stack, cwd=work)
+    output = preview.stdout + preview.stderr
+    assert "missing configuration" not in output
+    assert NO_HOST in output, f"the CLI must get as far as the language host:\n{output}"
+
+
+def test_the_check_catches_a_key_declared_without_a_default(cli: Cli, tmp_path: Path) -> None:
+    """The control: the root project as it shipped (no defaults) stops at config validation."""
+    work = _copy(Path("."), tmp_path)
+    project = yaml.safe_load((work / "Pulumi.yaml").read_text())
+    for spec in project["config"].values():
+        spec.pop("default", None)
+    (work / "Pulumi.yaml").write_text(yaml.safe_dump(project))
+    assert cli("stack", "init", "dev", cwd=work).returncode == 0
+    preview = cli("preview", "--stack", "dev", cwd=work)
+    assert "Stack 'dev' is missing configuration values" in preview.stderr + preview.stdout
+
+
+def test_the_preview_workflow_passes_actionlint() -> None:
+    result = subprocess.run(["bash", str(ROOT / "scripts/actionlint")], capture_output=True, text=True, timeout=1200)
+    assert result.returncode == 0, result.stdout + result.stderr
+    broken = subprocess.run(
+        ["bash", str(ROOT / "scripts/actionlint"), "-"],
+        input="on: push\njobs:\n  x:\n    runs-on: ubuntu-latest\n    steps:\n      - uses: actions/checkout@v4\n        with: {ref: ${{ github.nope }}}\n",
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert broken.returncode != 0, "actionlint must catch an unknown context property"

@@ -1,0 +1,44 @@
+"""Every Pulumi project in the repository: no stack must set a key the program treats as optional.
+
+The CLI (pkg/workspace/config.go, mergeConfig) makes a key declared under `config:` in the project's own
+namespace, with neither `default` nor `value`, required in every stack: `pulumi up` stops at
+"Stack 'dev' is missing configuration values". The engine lane (tests/engine) runs the real CLI on them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+PROJECTS = sorted(p.relative_to(ROOT) for p in ROOT.glob("**/Pulumi.yaml") if ".venv" not in p.parts)
+# Keys a program cannot run without, which it reads with `require`: every stack must set them.
+REQUIRED = {("examples/aks", "corporateProxy"), ("examples/existing-program", "kubeconfig")}
+
+
+def _required_keys(path: Path) -> list[str]:
+    project = yaml.safe_load((ROOT / path).read_text())
+    name = project["name"]
+    required = []
+    for key, spec in (project.get("config") or {}).items():
+        namespace, _, short = key.rpartition(":")
+        if namespace in ("", name) and "default" not in spec and "value" not in spec:
+            required.append(short)
+    return required
+
+
+def test_every_project_is_checked() -> None:
+    assert Path("Pulumi.yaml") in PROJECTS
+    assert len(PROJECTS) >= 6
+
+
+@pytest.mark.parametrize("path", PROJECTS, ids=str)
+def test_only_keys_the_program_requires_are_required(path: Path) -> None:
+    folder = str(path.parent) if str(path.parent) != "." else "."
+    required = _required_keys(path)
+    assert {(folder, key) for key in required} <= REQUIRED, f"{path}: give these keys a default: {required}"
+    program = (ROOT / path.parent / "__main__.py").read_text()
+    for key in required:
+        assert f'require("{key}")' in program or f'require_secret("{key}")' in program, f"{path}: {key}"
