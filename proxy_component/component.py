@@ -20,7 +20,7 @@ from .noproxy import NoProxy
 from .render import PlanInputs, Planned, check_allow_sources, node_values, plan
 from .render.capi import kubeadm_config_spec
 from .render.env import ProxyValues, env_vars
-from .render.helm import PROFILES, check_values_secrets, helm_values, profile_no_proxy
+from .render.helm import PROFILES, helm_values, profile_no_proxy
 from .render.helm import merge_values as _merge_plain
 from .render.kustomize import kustomization
 from .render.proxy import config_digest, ip_family_fields, tinyproxy_conf
@@ -77,7 +77,6 @@ class ClusterProxy(pulumi.ComponentResource):
         settings = parse_settings(args.settings)
         network = args.network
         check_allow_sources(settings, network is not None and network.gives_allow_sources)
-        check_values_secrets(settings)
         self.settings = settings
         self.resources = {}
 
