@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Sequence
@@ -176,6 +177,26 @@ def _explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check(args: argparse.Namespace) -> int:
+    from .check import CheckError, check_cluster, connect
+
+    settings = _load(args.config)
+    try:
+        cluster = connect(args.kubeconfig, args.context)
+        findings = check_cluster(settings, cluster)
+    except CheckError as exc:
+        print(f"proxy-component check: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    if args.json:
+        print(json.dumps([f.as_dict() for f in findings], indent=2))
+    else:
+        for finding in findings:
+            print(finding)
+    summary = f"{len(findings)} finding(s)" if findings else "clean"
+    print(f"proxy-component check: {cluster.server}: {summary} ({cluster.requests} API requests)", file=sys.stderr)
+    return 1 if findings else 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="proxy-component",
@@ -207,6 +228,18 @@ def _parser() -> argparse.ArgumentParser:
     explain = sub.add_parser("explain", help="show each NO_PROXY entry, why it is there, and client caveats")
     explain.add_argument("config", nargs="?", help=config_help)
     explain.set_defaults(func=_explain)
+    check = sub.add_parser(
+        "check",
+        help="compare a live cluster with the settings; exit 0 when clean, 1 on findings, 2 on bad input or an "
+        "unreachable cluster",
+    )
+    check.add_argument("config", nargs="?", help=config_help)
+    check.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+    check.add_argument("--context", help="kubeconfig context (default: the current one)")
+    check.add_argument(
+        "--json", action="store_true", help='print a JSON list of {"kind", "object", "severity", "message"}'
+    )
+    check.set_defaults(func=_check)
     return parser
 
 
