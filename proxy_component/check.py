@@ -117,7 +117,12 @@ def _name_covered(no_proxy: NoProxy, host: str) -> bool:
 def check_cluster(settings: Settings, cluster: Cluster) -> list[Finding]:
     """Every finding, in a stable order: network coverage, the proxy itself, namespaces, workloads."""
     try:
-        return [*_networks_findings(settings, cluster), *_proxy(settings, cluster), *_namespaces(settings, cluster)]
+        nodes = list(cluster.list(cluster.core.list_node))
+        return [
+            *_networks_findings(settings, cluster, nodes),
+            *_proxy(settings, cluster, nodes),
+            *_namespaces(settings, cluster),
+        ]
     except Exception as exc:
         error = _explain(exc, cluster)
         if error is None:
@@ -145,10 +150,10 @@ def _explain(exc: Exception, cluster: Cluster) -> CheckError | None:
     return None
 
 
-def _networks_findings(settings: Settings, cluster: Cluster) -> Iterator[Finding]:
+def _networks_findings(settings: Settings, cluster: Cluster, nodes: list[Any]) -> Iterator[Finding]:
     allow = _networks(settings.allowed_sources())
     no_proxy = _no_proxy_networks(settings.no_proxy())
-    for node in cluster.list(cluster.core.list_node):
+    for node in nodes:
         name = f"Node {node.metadata.name}"
         addresses = [a.address for a in (node.status.addresses or []) if a.type in ("InternalIP", "ExternalIP")]
         for address in addresses:
@@ -238,7 +243,7 @@ def _eligible(settings: Settings, node: Any) -> bool:
     return settings.deployment.control_plane or CONTROL_PLANE_LABEL not in labels
 
 
-def _proxy(settings: Settings, cluster: Cluster) -> Iterator[Finding]:
+def _proxy(settings: Settings, cluster: Cluster, all_nodes: list[Any]) -> Iterator[Finding]:
     d = settings.deployment
     if not d.enabled:
         return
@@ -255,7 +260,7 @@ def _proxy(settings: Settings, cluster: Cluster) -> Iterator[Finding]:
     pods = cluster.list(cluster.core.list_namespaced_pod, namespace=d.namespace,
                         label_selector=f"{APP_LABEL}={d.service_name}")  # fmt: skip
     with_pod = {p.spec.node_name for p in pods if p.spec.node_name}
-    nodes = [n for n in cluster.list(cluster.core.list_node) if _eligible(settings, n)]
+    nodes = [n for n in all_nodes if _eligible(settings, n)]
     missing = sorted(n.metadata.name for n in nodes if n.metadata.name not in with_pod)
     if missing:
         shown = ", ".join(missing[:10]) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
