@@ -12,7 +12,6 @@ from typing import Any
 
 import yaml
 
-from .clients import compat_notes
 from .noproxy import NoProxyError
 from .render import capi_manifests, capi_patches, manifests, plain_values
 from .render.helm import PROFILES, profile_values, values_yaml
@@ -160,21 +159,74 @@ def _no_proxy(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
+    from .explain import destinations, evaluate, warnings, workload_env
+    from .render.runtimes import java_tool_options, python_no_proxy
+
     settings = _load(args.config)
     no_proxy = settings.no_proxy()
+    urls = args.url or None
+    cells = evaluate(settings, no_proxy, urls)
+    if args.json:
+        print(json.dumps([cell.as_dict() for cell in cells], indent=2))
+        return 0
     print(f"HTTP_PROXY / HTTPS_PROXY: {redact_url(settings.http_proxy)} / {redact_url(settings.https_proxy)}")
     print(f"NO_PROXY: {no_proxy}")
     print()
     print(f"{'entry (tokens)':<48} {'category':<16} origin")
     for line in no_proxy.explain():
         print(line)
-    notes = compat_notes(no_proxy)
-    if notes:
-        print()
-        print("Client compatibility:")
-        for note in notes:
-            print(f"  - {note}")
+    print()
+    print(f"{NO_PROXY_PYTHON_KEY} (Python workloads): {python_no_proxy(no_proxy)}")
+    env = workload_env(settings, no_proxy)
+    java = java_tool_options(settings.http_proxy, settings.https_proxy, no_proxy)
+    if "JAVA_TOOL_OPTIONS" in env:
+        print(f"JAVA_TOOL_OPTIONS: {redact_url(env['JAVA_TOOL_OPTIONS'])}")
+        for gap in java.uncovered:
+            print(f"  not for Java: {gap}")
+    if "NODE_USE_ENV_PROXY" in env:
+        print("NODE_USE_ENV_PROXY: 1 (Node >= 24's http and fetch read the variables only with it)")
+    print()
+    labels = {d.url: d.label for d in destinations(settings, no_proxy)}
+    _print_table(cells, labels)
+    lines = warnings(settings, no_proxy, cells)
+    for number, line in enumerate(lines, 1):
+        print(f"[{number}] {line}")
     return 0
+
+
+NO_PROXY_PYTHON_KEY = "NO_PROXY_PYTHON"
+
+
+def _print_table(cells: Sequence[Any], labels: dict[str, str]) -> None:
+    """Rows are destinations, columns clients; a cell that differs from the intent is red, with its note's number."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    clients = list(dict.fromkeys(cell.client for cell in cells))
+    notes = list(dict.fromkeys(cell.warning for cell in cells if cell.warning))
+    table = Table(title="What each client does (direct / proxy / error); red: not what is intended, see [n]")
+    table.add_column("destination", no_wrap=True)
+    table.add_column("intended", min_width=8)
+    for client_id in clients:
+        table.add_column(client_id.replace("-", "\n"), justify="center")
+    rows: dict[str, list[Any]] = {}
+    for cell in cells:
+        rows.setdefault(cell.url, []).append(cell)
+    for url, row in rows.items():
+        label = escape(f"{labels[url]}\n{url}" if url in labels else url)
+        shown = [_cell_text(cell, notes) for cell in row]
+        table.add_row(label, "direct" if row[0].intended == "bypass" else "proxy", *shown)
+    width = 56 + 9 * (len(clients) + 1)
+    console = Console(width=max(width, Console().width), highlight=False)
+    console.print(table)
+
+
+def _cell_text(cell: Any, notes: list[str]) -> str:
+    word = {"bypass": "direct", "proxy": "proxy", "error": "ERROR"}[cell.decision]
+    if not cell.warning:
+        return f"[green]{word}[/green]"
+    return f"[bold red]{word} \\[{notes.index(cell.warning) + 1}][/bold red]"
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -225,8 +277,23 @@ def _parser() -> argparse.ArgumentParser:
     no_proxy = sub.add_parser("no-proxy", help="print the composed NO_PROXY value")
     no_proxy.add_argument("config", nargs="?", help=config_help)
     no_proxy.set_defaults(func=_no_proxy)
-    explain = sub.add_parser("explain", help="show each NO_PROXY entry, why it is there, and client caveats")
+    explain = sub.add_parser(
+        "explain",
+        help="show each NO_PROXY entry and why it is there, the renderings, and what each client does with this "
+        "cluster's destinations",
+    )
     explain.add_argument("config", nargs="?", help=config_help)
+    explain.add_argument(
+        "--json",
+        action="store_true",
+        help='print a JSON list of {"url", "client", "decision", "intended", "warning"}, one per URL and client',
+    )
+    explain.add_argument(
+        "--url",
+        action="append",
+        metavar="URL",
+        help="a destination to judge instead of the representative ones (repeatable)",
+    )
     explain.set_defaults(func=_explain)
     check = sub.add_parser(
         "check",

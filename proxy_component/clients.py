@@ -1,92 +1,640 @@
-"""How each HTTP client reads NO_PROXY, and what a composed list means for each of them.
+"""How each HTTP client reads the proxy variables: a decision model, one row per client.
 
-The facts come from each client's own matching code (shared/reference/no-proxy-clients.md)
-and, for httpx, from running it: they feed `proxy-component explain` and the
-component's preview warnings.
+Given a workload's environment and a URL, `decide` says what one client does:
+``bypass`` (connects directly), ``proxy`` (sends the request to the proxy) or
+``error`` (refuses to work with this configuration). Each client is a row of
+`Client` data: the variable spellings it reads and which one wins, its
+separators, how it writes an IPv6 host, and how an entry matches (``*``,
+leading dots, ``*.``, exact or subdomain names, CIDRs, ports). The few
+clients whose rules are not a combination of those (requests, httpx, Ruby,
+npm, Java) name a small matcher instead. Adding a client adds a row.
+
+The rows record what the real clients did (tests/integration/test_client_model_real.py
+runs them all against this model; docs/client-probe.md has the probe); the
+sources are named in shared/reference/no-proxy-clients.md. This module is pure.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import ipaddress
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Literal
+from urllib.parse import urlsplit
 
-from .noproxy import Kind, NoProxy
+__all__ = [
+    "CLIENTS",
+    "CLIENT_IDS",
+    "Client",
+    "Decision",
+    "Target",
+    "client",
+    "decide",
+    "error_reason",
+    "java_properties",
+    "matched_entry",
+]
 
-__all__ = ["CLIENTS", "Client", "Note", "compat_notes"]
+Decision = Literal["bypass", "proxy", "error"]
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+@dataclass(frozen=True)
+class Target:
+    """A URL as clients see it: scheme, lower-case host (IPv6 without brackets), effective port."""
+
+    url: str
+    scheme: str
+    host: str
+    port: int
+    explicit_port: bool
+    ip: IPAddress | None
+
+    @classmethod
+    def parse(cls, url: str) -> Target:
+        parts = urlsplit(url)
+        scheme = parts.scheme.lower()
+        if scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(
+                f"--url: {url!r} is not an http:// or https:// URL with a host (expected e.g. http://my-svc.my-ns/)"
+            )
+        try:
+            explicit = parts.port
+        except ValueError:
+            raise ValueError(f"--url: {url!r} has a port that is not a number from 0 to 65535") from None
+        host = parts.hostname.lower()
+        try:
+            ip: IPAddress | None = ipaddress.ip_address(host)
+        except ValueError:
+            ip = None
+        port = explicit if explicit is not None else (443 if scheme == "https" else 80)
+        return cls(url=url, scheme=scheme, host=host, port=port, explicit_port=explicit is not None, ip=ip)
+
+    def host_as(self, form: str) -> str:
+        """The host as a client writes it: IPv6 literals bare (``fd00::1``) or bracketed (``[fd00::1]``)."""
+        if form == "bracketed" and self.ip is not None and self.ip.version == 6:
+            return f"[{self.host}]"
+        return self.host
+
+
+Matcher = Callable[["Client", str, Target], bool]
 
 
 @dataclass(frozen=True)
 class Client:
-    """One client's NO_PROXY dialect."""
+    """One client's reading of the proxy variables.
 
-    name: str
-    cidr_v4: bool
-    cidr_v6: bool
-    suffix_form: bool  # matches subdomains through a ".example.com" or "example.com" entry
-    raises_on_ipv6_cidr: bool = False
+    - `no_proxy_vars`, `proxy_vars`: the spellings it reads, winner first; `pick`
+      says when a later spelling is used: ``set`` (the first one present, even
+      empty), ``nonempty`` (the first non-empty one) or ``environ`` (the one
+      later in the environment, npm).
+    - `separators`: a regex of what splits entries.
+    - `wildcard`: ``*`` bypasses everything as the whole ``value`` only, as any
+      ``entry``, or ``none``.
+    - `names`: how an entry ``x`` matches: ``domain`` (``x`` and ``*.x``),
+      ``exact`` (``x`` only) or ``raw`` (any name ending in ``x``, even ``notx``).
+    - `leading_dot`: ``.x`` matches ``domain`` (``x`` and ``*.x``) or ``suffix`` (``*.x`` only).
+    - `star_dot`: ``*.x`` means ``suffix`` (``*.x`` only), ``strip`` (the ``*`` is
+      dropped and the rest is a raw suffix) or ``none`` (no match).
+    - `cidr`: the IP versions whose CIDRs it understands; `ip_entries`: an IP
+      entry matches as an ``address`` or as ``text``.
+    - `entry_port`: how ``host:port`` is split: ``last`` (``^(.+):(\\d+)$``, which
+      also cuts ``fd00::1``), ``hostport`` (Go's SplitHostPort) or ``none``;
+      `ports`: the entry's port is compared with the URL's ``effective`` port,
+      or the entry is compared with ``host:port`` when the URL is ``explicit``.
+    - `ipv6_host`: whether it writes an IPv6 host ``bare`` or ``bracketed`` when matching.
+    - `loopback`: ``go`` (localhost and loopback IPs never use the proxy),
+      ``resolve`` (a name resolving to loopback does not, Ruby) or ``none``.
+    - `requires`: variables that must have this value for the client to use the proxy at all.
+    - `matcher`: replaces the generic entry match where the rules above do not describe it.
+    """
+
+    id: str
+    label: str
+    observed: str
+    no_proxy_vars: tuple[str, ...]
+    proxy_vars: Mapping[str, tuple[str, ...]]
+    pick: Literal["set", "nonempty", "environ"] = "set"
+    separators: str = ","
+    wildcard: Literal["value", "entry", "none"] = "value"
+    names: Literal["domain", "exact", "raw"] = "domain"
+    leading_dot: Literal["domain", "suffix"] = "domain"
+    star_dot: Literal["suffix", "strip", "none"] = "none"
+    cidr: frozenset[int] = frozenset()
+    ip_entries: Literal["address", "text"] = "text"
+    entry_port: Literal["last", "hostport", "none"] = "none"
+    ports: Literal["effective", "explicit", "none"] = "none"
+    ipv6_host: Literal["bare", "bracketed"] = "bare"
+    loopback: Literal["go", "resolve", "none"] = "none"
+    requires: tuple[tuple[str, str], ...] = ()
+    raises: Callable[[str], str | None] | None = None
+    tokens: Callable[[str], list[str]] | None = None
+    matcher: Matcher | None = None
+    decider: Callable[[Mapping[str, str], Target], Decision] | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    def entries(self, value: str) -> list[str]:
+        if self.tokens is not None:
+            return self.tokens(value)
+        return [e for e in re.split(self.separators, value) if e.strip()]
 
 
-CLIENTS: tuple[Client, ...] = (
-    Client("Go (kubelet, containerd, operators)", cidr_v4=True, cidr_v6=True, suffix_form=True),
-    Client("curl / git", cidr_v4=True, cidr_v6=False, suffix_form=True),
-    Client("wget", cidr_v4=False, cidr_v6=False, suffix_form=True),
-    Client("apt", cidr_v4=False, cidr_v6=False, suffix_form=True),
-    Client("Python urllib", cidr_v4=False, cidr_v6=False, suffix_form=True),
-    Client("Python requests", cidr_v4=True, cidr_v6=False, suffix_form=True),
-    Client("Python httpx", cidr_v4=False, cidr_v6=False, suffix_form=True, raises_on_ipv6_cidr=True),
-    Client("Python aiohttp", cidr_v4=False, cidr_v6=False, suffix_form=True),
-    Client("Ruby Net::HTTP", cidr_v4=True, cidr_v6=False, suffix_form=True),
-    Client("Node proxy-from-env (axios)", cidr_v4=False, cidr_v6=False, suffix_form=True),
-    Client("Node undici", cidr_v4=False, cidr_v6=False, suffix_form=True),
-    Client("npm", cidr_v4=False, cidr_v6=False, suffix_form=True),
+# --- the generic entry match ---------------------------------------------------------------------
+
+_PORT_LAST = re.compile(r"^(.+):(\d+)$")
+
+
+def _split_port(c: Client, entry: str) -> tuple[str, int | None]:
+    if c.entry_port == "last":
+        m = _PORT_LAST.match(entry)
+        return (m.group(1), int(m.group(2))) if m else (entry, None)
+    if c.entry_port == "hostport":  # Go: net.SplitHostPort, then brackets dropped
+        if entry.startswith("["):
+            close = entry.find("]")
+            if close > 0 and entry[close + 1 : close + 2] == ":" and entry[close + 2 :].isdigit():
+                return entry[1:close], int(entry[close + 2 :])
+            return entry, None
+        if entry.count(":") == 1:
+            host, _, port = entry.partition(":")
+            return host, int(port) if port.isdigit() else -1
+        return entry, None
+    return entry, None
+
+
+def _name_match(c: Client, entry: str, host: str) -> bool:
+    if entry.startswith("*."):
+        if c.star_dot == "suffix":
+            return host.endswith(entry[1:])
+        if c.star_dot == "strip":
+            return host.endswith(entry[1:])
+        return host == entry
+    if entry.startswith("*") and c.star_dot == "strip":
+        return host.endswith(entry[1:])
+    if entry.startswith("."):
+        if c.leading_dot == "domain":
+            bare = entry.lstrip(".")
+            return host == bare or host.endswith("." + bare)
+        return host.endswith(entry)
+    if c.names == "exact":
+        return host == entry
+    if c.names == "raw":
+        return host.endswith(entry)
+    return host == entry or host.endswith("." + entry)
+
+
+def _generic(c: Client, raw: str, t: Target) -> bool:
+    entry = raw.strip().lower()
+    if entry == "*":
+        return c.wildcard == "entry" or (c.star_dot == "strip" and c.wildcard != "none")
+    host_part, port = _split_port(c, entry)
+    if port is not None and c.ports == "effective" and port != t.port:
+        return False
+    if "/" in host_part and c.cidr:
+        try:
+            network = ipaddress.ip_network(host_part, strict=False)
+        except ValueError:
+            network = None
+        if network is not None:
+            return (
+                network.version in c.cidr and t.ip is not None and t.ip.version == network.version and t.ip in network
+            )
+    if c.ip_entries == "address":
+        try:
+            address = ipaddress.ip_address(host_part)
+        except ValueError:
+            address = None
+        if address is not None:
+            return t.ip is not None and address == t.ip
+    host = t.host_as(c.ipv6_host)
+    if c.ports == "explicit":
+        candidates = [host, f"{host}:{t.port}"] if t.explicit_port else [host]
+        return any(_name_match(c, host_part, h) for h in candidates)
+    return _name_match(c, host_part, host)
+
+
+# --- matchers for clients whose rules are their own ----------------------------------------------
+
+
+def _requests(c: Client, raw: str, t: Target) -> bool:
+    """requests' should_bypass_proxies: IPv4 CIDR or equality for IPv4 URLs, a raw suffix for names, then urllib."""
+    entry = raw
+    if t.ip is not None and t.ip.version == 4:
+        if "/" in entry:
+            try:
+                network = ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                network = None
+            if network is not None and network.version == 4 and t.ip in network:
+                return True
+        elif t.host == entry:
+            return True
+    else:
+        with_port = f"{t.host}:{t.port}" if t.explicit_port else t.host
+        if t.host.endswith(entry) or with_port.endswith(entry):
+            return True
+    return _generic(_URLLIB_BARE, raw, t)
+
+
+def _httpx_raises(entry: str) -> str | None:
+    """httpx turns each entry into a mount pattern when a client is created; these raise httpx.InvalidURL."""
+    host = entry.split("/")[0]
+    if "/" in entry and _is_v6(host):
+        return f"{entry!r}: an IPv6 CIDR becomes the pattern all://[{entry}], which httpx refuses (InvalidURL)"
+    if entry.startswith("["):
+        return f"{entry!r}: a bracketed IPv6 address becomes all://*{entry}, which httpx refuses (InvalidURL)"
+    return None
+
+
+def _is_v6(text: str) -> bool:
+    try:
+        ipaddress.IPv6Address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_v4(text: str) -> bool:
+    try:
+        ipaddress.IPv4Address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _httpx(c: Client, raw: str, t: Target) -> bool:
+    """httpx's get_environment_proxies: IPs (and IPv4 CIDRs, by their first address) exactly, names as *name."""
+    entry = raw.strip()
+    if "://" in entry:
+        return False
+    if _is_v4(entry.split("/")[0]):
+        return t.host == entry.split("/")[0]
+    if _is_v6(entry.split("/")[0]):
+        return t.host == entry.split("/")[0]
+    if entry.lower() == "localhost":
+        return t.host == "localhost"
+    host_part, _, port = entry.lower().partition(":")
+    if port and (not t.explicit_port or str(t.port) != port):
+        return False
+    pattern = "*" + host_part
+    if pattern.startswith("*."):
+        return t.host.endswith(pattern[1:])
+    if pattern.startswith("**"):
+        return False
+    domain = pattern[1:]
+    return t.host == domain or t.host.endswith("." + domain)
+
+
+_RUBY_SCAN = re.compile(r"([^:,\s]+)(?::(\d+))?")
+
+
+def _ruby_tokens(value: str) -> list[str]:
+    """Ruby scans NO_PROXY as [^:,\\s]+ with an optional :port, so an IPv6 entry falls apart at its colons."""
+    return [f"{host}:{port}" if port else host for host, port in _RUBY_SCAN.findall(value)]
+
+
+def _ruby(c: Client, raw: str, t: Target) -> bool:
+    """URI::Generic.use_proxy?: a name suffix with a dot boundary, else an IPv4 address or CIDR holding the URL's IP."""
+    host_part, port = _split_port(c, raw)
+    if port is not None and port != t.port:
+        return False
+    lowered = host_part.lower()
+    if lowered.startswith("."):
+        if t.host.endswith(lowered):
+            return True
+    elif f".{t.host}".endswith(f".{lowered}"):
+        return True
+    if t.ip is not None and t.ip.version == 4:
+        try:
+            return t.ip in ipaddress.IPv4Network(host_part, strict=False)
+        except ValueError:
+            return False
+    return False
+
+
+def _npm(c: Client, raw: str, t: Target) -> bool:
+    """@npmcli/agent: the entry's dot-separated labels, empty ones dropped, equal the host's last labels."""
+    host = t.host_as("bracketed").split(".")[::-1]
+    labels = [s for s in raw.strip().split(".") if s][::-1]
+    if not labels or len(labels) > len(host):
+        return False
+    return all(h == n for h, n in zip(host, labels, strict=False))
+
+
+# --- Java: system properties from JAVA_TOOL_OPTIONS ---------------------------------------------
+
+JAVA_DEFAULT_NON_PROXY = "localhost|127.*|[::1]|0.0.0.0|[::0]"
+
+
+def java_properties(options: str) -> dict[str, str]:
+    """The -D system properties in a JAVA_TOOL_OPTIONS value (split on whitespace, as the JVM does)."""
+    props: dict[str, str] = {}
+    for word in options.split():
+        if word.startswith("-D"):
+            name, _, value = word[2:].partition("=")
+            props[name] = value
+    return props
+
+
+def _java_pattern(pattern: str, host: str) -> bool:
+    p = pattern.lower()
+    if not p:
+        return False
+    if p.startswith("*") and p.endswith("*") and len(p) > 1:
+        return p[1:-1] in host
+    if p.startswith("*"):
+        return host.endswith(p[1:])
+    if p.endswith("*"):
+        return host.startswith(p[:-1])
+    return host == p
+
+
+def _java_decide(env: Mapping[str, str], t: Target) -> Decision:
+    props = java_properties(env.get("JAVA_TOOL_OPTIONS", ""))
+    host_prop = "https.proxyHost" if t.scheme == "https" else "http.proxyHost"
+    if not props.get(host_prop):
+        return "bypass"
+    patterns = props.get("http.nonProxyHosts", JAVA_DEFAULT_NON_PROXY)
+    host = t.host_as(JAVA.ipv6_host)
+    if any(_java_pattern(p, host) for p in patterns.split("|")):
+        return "bypass"
+    return "proxy"
+
+
+# --- the rows ------------------------------------------------------------------------------------
+
+_LOWER_FIRST = {"http": ("http_proxy", "HTTP_PROXY"), "https": ("https_proxy", "HTTPS_PROXY")}
+_UPPER_FIRST = {"http": ("HTTP_PROXY", "http_proxy"), "https": ("HTTPS_PROXY", "https_proxy")}
+_LOWER_ONLY = {"http": ("http_proxy",), "https": ("https_proxy",)}
+_NO_LOWER_FIRST = ("no_proxy", "NO_PROXY")
+
+_CURL = dict(
+    no_proxy_vars=_NO_LOWER_FIRST,
+    proxy_vars={"http": ("http_proxy",), "https": ("https_proxy", "HTTPS_PROXY")},
+    separators=r"[,\s]",
+    cidr=frozenset({4}),
+)
+_URLLIB = dict(no_proxy_vars=_NO_LOWER_FIRST, proxy_vars=_LOWER_FIRST, ports="explicit", ipv6_host="bracketed")
+_NODE_EXACT = dict(
+    separators=r"[,\s]",
+    wildcard="entry",
+    names="exact",
+    leading_dot="suffix",
+    star_dot="strip",
+    entry_port="last",
+    ports="effective",
+    ipv6_host="bracketed",
 )
 
+CLIENTS: tuple[Client, ...] = (
+    Client("curl", "curl", "7.88 (Debian 12)", **_CURL),  # type: ignore[arg-type]
+    Client("git", "git (libcurl)", "2.39 with libcurl 7.88", **_CURL),  # type: ignore[arg-type]
+    Client(
+        "wget",
+        "wget",
+        "1.21",
+        no_proxy_vars=("no_proxy",),
+        proxy_vars=_LOWER_ONLY,
+        wildcard="none",
+        leading_dot="suffix",
+    ),
+    Client(
+        "apt",
+        "apt",
+        "2.6",
+        no_proxy_vars=("no_proxy",),
+        proxy_vars=_LOWER_ONLY,
+        wildcard="none",
+        names="raw",
+        leading_dot="suffix",
+    ),
+    Client("python-urllib", "Python urllib", "3.11", **_URLLIB),  # type: ignore[arg-type]
+    Client(
+        "python-requests",
+        "Python requests",
+        "2.34",
+        no_proxy_vars=_NO_LOWER_FIRST,
+        proxy_vars=_LOWER_FIRST,
+        pick="nonempty",
+        separators=r"[,]",
+        matcher=_requests,
+    ),
+    Client(
+        "python-httpx",
+        "Python httpx",
+        "0.28",
+        no_proxy_vars=_NO_LOWER_FIRST,
+        proxy_vars=_LOWER_FIRST,
+        wildcard="entry",
+        raises=_httpx_raises,
+        matcher=_httpx,
+    ),
+    Client(
+        "python-aiohttp",
+        "Python aiohttp",
+        "3.14",
+        no_proxy_vars=_NO_LOWER_FIRST,
+        proxy_vars=_LOWER_FIRST,
+    ),
+    Client(
+        "go",
+        "Go net/http",
+        "1.26 (ProxyFromEnvironment)",
+        no_proxy_vars=("NO_PROXY", "no_proxy"),
+        proxy_vars=_UPPER_FIRST,
+        pick="nonempty",
+        wildcard="entry",
+        leading_dot="suffix",
+        star_dot="suffix",
+        cidr=frozenset({4, 6}),
+        ip_entries="address",
+        entry_port="hostport",
+        ports="effective",
+        loopback="go",
+    ),
+    Client(
+        "ruby",
+        "Ruby URI#find_proxy",
+        "3.1",
+        no_proxy_vars=_NO_LOWER_FIRST,
+        proxy_vars=_LOWER_FIRST,
+        wildcard="none",
+        entry_port="last",
+        loopback="resolve",
+        tokens=_ruby_tokens,
+        matcher=_ruby,
+    ),
+    Client(
+        "node-proxy-from-env",
+        "proxy-from-env 2 (axios)",
+        "2",
+        no_proxy_vars=_NO_LOWER_FIRST,
+        proxy_vars=_LOWER_FIRST,
+        pick="nonempty",
+        **_NODE_EXACT,  # type: ignore[arg-type]
+    ),
+    Client(
+        "node-proxy-from-env-1",
+        "proxy-from-env 1",
+        "1.1",
+        no_proxy_vars=_NO_LOWER_FIRST,
+        proxy_vars=_LOWER_FIRST,
+        pick="nonempty",
+        **_NODE_EXACT,  # type: ignore[arg-type]
+    ),
+    Client(
+        "node-undici",
+        "undici 8 EnvHttpProxyAgent",
+        "8",
+        no_proxy_vars=_NO_LOWER_FIRST,
+        proxy_vars=_LOWER_FIRST,
+        **_NODE_EXACT,  # type: ignore[arg-type]
+    ),
+    Client(
+        "node-undici-7",
+        "undici 7 EnvHttpProxyAgent",
+        "7",
+        no_proxy_vars=_NO_LOWER_FIRST,
+        proxy_vars=_LOWER_FIRST,
+        **_NODE_EXACT,  # type: ignore[arg-type]
+    ),
+    Client(
+        "node-http",
+        "Node 24 http (NODE_USE_ENV_PROXY=1)",
+        "24",
+        no_proxy_vars=("NO_PROXY", "no_proxy"),
+        proxy_vars=_UPPER_FIRST,
+        requires=(("NODE_USE_ENV_PROXY", "1"),),
+        **_NODE_EXACT,  # type: ignore[arg-type]
+    ),
+    Client(
+        "node-fetch",
+        "Node 24 fetch (NODE_USE_ENV_PROXY=1)",
+        "24",
+        no_proxy_vars=("NO_PROXY", "no_proxy"),
+        proxy_vars=_UPPER_FIRST,
+        requires=(("NODE_USE_ENV_PROXY", "1"),),
+        **_NODE_EXACT,  # type: ignore[arg-type]
+    ),
+    Client(
+        "npm",
+        "npm (@npmcli/agent)",
+        "11 (@npmcli/agent 4)",
+        no_proxy_vars=("no_proxy",),
+        proxy_vars={"http": ("https_proxy", "http_proxy", "proxy"), "https": ("https_proxy",)},
+        pick="environ",
+        wildcard="none",
+        matcher=_npm,
+    ),
+    Client(
+        "java",
+        "Java ProxySelector (JAVA_TOOL_OPTIONS)",
+        "17",
+        no_proxy_vars=(),
+        proxy_vars={},
+        ipv6_host="bracketed",
+        decider=lambda env, t: _java_decide(env, t),
+    ),
+)
 
-@dataclass(frozen=True)
-class Note:
-    """A caveat about a composed list: `warning` when a client breaks, `info` when it only misses a bypass."""
-
-    severity: Literal["warning", "info"]
-    text: str
-
-    def __str__(self) -> str:
-        return self.text
+_URLLIB_BARE = Client(
+    "python-requests/urllib", "urllib within requests", "", _NO_LOWER_FIRST, _LOWER_FIRST, ipv6_host="bare"
+)
+JAVA = CLIENTS[-1]
+CLIENT_IDS: tuple[str, ...] = tuple(c.id for c in CLIENTS)
+_BY_ID = {c.id: c for c in CLIENTS}
 
 
-def _names(clients: list[Client]) -> str:
-    return ", ".join(c.name for c in clients)
+def client(client_id: str) -> Client:
+    try:
+        return _BY_ID[client_id]
+    except KeyError:
+        raise ValueError(f"client {client_id!r} is not modelled (expected one of: {', '.join(CLIENT_IDS)})") from None
 
 
-def compat_notes(no_proxy: NoProxy) -> list[Note]:
-    """Plain-language notes on which clients will not honour (or will choke on) parts of the list."""
-    notes: list[Note] = []
-    v4 = [e.value for e in no_proxy.entries if e.kind is Kind.CIDR and ":" not in e.value]
-    v6 = [e.value for e in no_proxy.entries if e.kind is Kind.CIDR and ":" in e.value]
-    if v6:
-        raising = [c for c in CLIENTS if c.raises_on_ipv6_cidr]
-        notes.append(
-            Note(
-                "warning",
-                f"IPv6 CIDRs ({', '.join(v6)}) are matched only by {_names([c for c in CLIENTS if c.cidr_v6])}; "
-                f"{_names(raising)} raises InvalidURL when a client is created with them in NO_PROXY "
-                "(httpx.Client(trust_env=False) or a per-workload NO_PROXY without them avoids it).",
-            )
-        )
-    if v4:
-        blind = [c for c in CLIENTS if not c.cidr_v4]
-        notes.append(
-            Note(
-                "info",
-                f"IPv4 CIDRs ({', '.join(v4)}) are not understood by {_names(blind)}: "
-                "those clients send requests to pod or service IPs through the proxy.",
-            )
-        )
-    if any(e.kind is Kind.IP and ":" in e.value for e in no_proxy.entries):
-        notes.append(
-            Note(
-                "info",
-                "IPv6 addresses are listed bare (fd00::1): Python urllib, Ruby, Node proxy-from-env and npm match only "
-                "the bracketed form, which httpx cannot parse; requests to IPv6 literals from those clients use the proxy.",
-            )
-        )
-    return notes
+def _read(env: Mapping[str, str], names: tuple[str, ...], pick: str) -> str:
+    if pick == "environ":
+        wanted = {n.lower() for n in names}
+        found = ""
+        for key, value in env.items():
+            if key.lower() in wanted and key.lower() == names[0].lower():
+                found = value
+        return found
+    for name in names:
+        if name in env and (pick == "set" or env[name]):
+            return env[name]
+    return ""
+
+
+def _proxy_url(c: Client, env: Mapping[str, str], scheme: str) -> str:
+    names = c.proxy_vars.get(scheme, ())
+    if c.pick == "environ":
+        for name in names:  # npm: each key's later spelling wins, then the keys in this order
+            value = _environ_last(env, name)
+            if value:
+                return value
+        return ""
+    return _read(env, names, c.pick)
+
+
+def _environ_last(env: Mapping[str, str], name: str) -> str:
+    found = ""
+    for key, value in env.items():
+        if key.lower() == name:
+            found = value
+    return found
+
+
+def decide(c: Client | str, env: Mapping[str, str], url: str | Target) -> Decision:
+    """What client `c` does with `url` in a workload whose environment is `env`."""
+    c = client(c) if isinstance(c, str) else c
+    t = url if isinstance(url, Target) else Target.parse(url)
+    if c.decider is not None:
+        return c.decider(env, t)
+    if any(env.get(name) != value for name, value in c.requires):
+        return "bypass"
+    if not _proxy_url(c, env, t.scheme):
+        return "bypass"
+    if c.loopback == "go" and (t.host == "localhost" or (t.ip is not None and t.ip.is_loopback)):
+        return "bypass"
+    if c.loopback == "resolve" and (t.host == "localhost" or (t.ip is not None and t.ip.is_loopback)):
+        return "bypass"
+    value = _environ_last(env, "no_proxy") if c.pick == "environ" else _read(env, c.no_proxy_vars, c.pick)
+    entries = c.entries(value)
+    if c.raises is not None:
+        for entry in entries:
+            if c.raises(entry.strip()) is not None:
+                return "error"
+    if not value.strip():
+        return "proxy"
+    if c.wildcard != "none" and value.strip() == "*":
+        return "bypass"
+    match = c.matcher or _generic
+    return "bypass" if any(match(c, entry, t) for entry in entries) else "proxy"
+
+
+def error_reason(c: Client | str, env: Mapping[str, str]) -> str | None:
+    """Why `c` refuses this environment, when it does (httpx and an IPv6 CIDR)."""
+    c = client(c) if isinstance(c, str) else c
+    if c.raises is None:
+        return None
+    value = _read(env, c.no_proxy_vars, c.pick)
+    for entry in c.entries(value):
+        reason = c.raises(entry.strip())
+        if reason is not None:
+            return reason
+    return None
+
+
+def matched_entry(c: Client | str, env: Mapping[str, str], url: str | Target) -> str | None:
+    """The NO_PROXY entry through which `c` bypasses the proxy for `url`, if one does."""
+    c = client(c) if isinstance(c, str) else c
+    t = url if isinstance(url, Target) else Target.parse(url)
+    if c.decider is not None:
+        return None
+    value = _environ_last(env, "no_proxy") if c.pick == "environ" else _read(env, c.no_proxy_vars, c.pick)
+    match = c.matcher or _generic
+    for entry in c.entries(value):
+        if match(c, entry, t):
+            return entry.strip()
+    return None

@@ -7,6 +7,7 @@ as Outputs and may be unknown at preview.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -14,16 +15,17 @@ from typing import Any, TypeVar
 import pulumi
 import pulumi_kubernetes as k8s
 
-from .clients import compat_notes
 from .discovery.network import ClusterNetwork
+from .explain import warnings
 from .noproxy import NoProxy
 from .render import PlanInputs, Planned, check_allow_sources, node_values, plan
 from .render.capi import kubeadm_config_spec
-from .render.env import ProxyValues, env_vars
+from .render.env import ENV_NAMES, ProxyValues, env_names, env_vars, workload_values
 from .render.helm import PROFILES, helm_values, profile_no_proxy
 from .render.helm import merge_values as _merge_plain
 from .render.kustomize import kustomization
 from .render.proxy import config_digest, ip_family_fields, tinyproxy_conf
+from .render.runtimes import JAVA_TOOL_OPTIONS, NODE_USE_ENV_PROXY
 from .settings import Settings, SettingsError, infer_ip_family, parse_settings
 
 __all__ = ["ClusterNetwork", "ClusterProxy", "ClusterProxyArgs", "merge_values"]
@@ -65,6 +67,9 @@ class ClusterProxy(pulumi.ComponentResource):
     https_proxy: pulumi.Output[str]
     proxy_url: pulumi.Output[str]
     env: pulumi.Output[list[dict[str, str]]]
+    no_proxy_python: pulumi.Output[str]
+    java_tool_options: pulumi.Output[str]
+    node_use_env_proxy: pulumi.Output[str]
     helm_values: dict[str, pulumi.Output[dict[str, Any]]]
     kubeadm_config_spec: pulumi.Output[dict[str, Any]] | None
     settings: Settings
@@ -81,7 +86,7 @@ class ClusterProxy(pulumi.ComponentResource):
         self.resources = {}
 
         composed = self._compose(settings, network)
-        no_proxy = composed.apply(lambda c: self._report(c[0]))
+        no_proxy = composed.apply(lambda c: self._report(settings, c[0]))
         secret = settings.has_credentials
         self.http_proxy = _maybe_secret(settings.http_proxy, secret)
         self.https_proxy = _maybe_secret(settings.https_proxy, secret)
@@ -89,7 +94,11 @@ class ClusterProxy(pulumi.ComponentResource):
         self.proxy_url = (
             pulumi.Output.from_input(settings.in_cluster_url) if settings.deployment.enabled else self.http_proxy
         )
-        values = ProxyValues(self.http_proxy, self.https_proxy, no_proxy)
+        values = self._values(settings, composed.apply(lambda c: c[0]), no_proxy)
+        self.no_proxy_python = pulumi.Output.from_input(values.no_proxy_python)
+        extra = dict(values.extra)
+        self.java_tool_options = pulumi.Output.from_input(extra.get(JAVA_TOOL_OPTIONS, ""))
+        self.node_use_env_proxy = pulumi.Output.from_input(extra.get(NODE_USE_ENV_PROXY, ""))
         env: pulumi.Output[Any] = pulumi.Output.from_input(env_vars(values))
         self.env = pulumi.Output.secret(env) if secret else env
 
@@ -104,9 +113,9 @@ class ClusterProxy(pulumi.ComponentResource):
             if not PROFILES[profile].hosts:
                 return values  # the same NO_PROXY, composed (and reported) once
             if network_values is None:
-                return ProxyValues(self.http_proxy, self.https_proxy, str(profile_no_proxy(settings, profile)))
-            profile_no = network_values.apply(lambda v: str(profile_no_proxy(settings, profile, v)))
-            return ProxyValues(self.http_proxy, self.https_proxy, profile_no)
+                return workload_values(settings, profile_no_proxy(settings, profile), self.http_proxy, self.https_proxy)
+            composed_profile = network_values.apply(lambda v: profile_no_proxy(settings, profile, v))
+            return self._values(settings, composed_profile, composed_profile.apply(str))
 
         inputs = PlanInputs(
             values=values,
@@ -117,6 +126,7 @@ class ClusterProxy(pulumi.ComponentResource):
             ip_fields=self._ip_fields(settings, network) if settings.deployment.enabled else None,
             helm_values=profile_values,
         )
+        self._workload_values = values
         for planned in plan(settings, inputs):
             self.resources[planned.key] = self._register(name, planned, args.management_provider)
 
@@ -131,14 +141,31 @@ class ClusterProxy(pulumi.ComponentResource):
                 "https_proxy": self.https_proxy,
                 "proxy_url": self.proxy_url,
                 "env": self.env,
+                "no_proxy_python": self.no_proxy_python,
+                "java_tool_options": self.java_tool_options,
+                "node_use_env_proxy": self.node_use_env_proxy,
                 "helm_values": self.helm_values,
                 "kubeadm_config_spec": self.kubeadm_config_spec,
             }
         )
 
+    def _values(
+        self, settings: Settings, composed: pulumi.Output[NoProxy], no_proxy: pulumi.Output[str]
+    ) -> ProxyValues:
+        """The workload values from a composed NO_PROXY Output: the URLs as outputs, each rendering an Output."""
+        plain = composed.apply(lambda c: workload_values(settings, c))
+        names = env_names(settings)[len(ENV_NAMES) :]
+        return ProxyValues(
+            self.http_proxy,
+            self.https_proxy,
+            no_proxy,
+            no_proxy_python=plain.apply(lambda v: v.no_proxy_python),
+            extra=tuple((name, plain.apply(functools.partial(_extra_value, i))) for i, name in enumerate(names)),
+        )
+
     def kustomization(self, *, kind: str, name: str, container: str | None = None) -> pulumi.Output[dict[str, Any]]:
         """A Kustomization that adds the proxy env to one workload (JSON patch, or by container name), for GitOps repos."""
-        values = ProxyValues(self.http_proxy, self.https_proxy, self.no_proxy)
+        values = self._workload_values
         patch = _plain(values).apply(
             lambda v: kustomization(self.settings, v, kind=kind, name=name, container=container)
         )
@@ -180,11 +207,10 @@ class ClusterProxy(pulumi.ComponentResource):
             "ipFamilies": family.apply(lambda f: f.get("ipFamilies")),
         }
 
-    def _report(self, composed: NoProxy) -> str:
-        """Say in the preview which clients break on, or ignore, parts of the list; return its value."""
-        for note in compat_notes(composed):
-            log = pulumi.log.warn if note.severity == "warning" else pulumi.log.info
-            log(f"NO_PROXY: {note.text}", resource=self)
+    def _report(self, settings: Settings, composed: NoProxy) -> str:
+        """Say in the preview which client fails which destination class, and what to do; return the value."""
+        for warning in warnings(settings, composed):
+            pulumi.log.warn(f"NO_PROXY: {warning}", resource=self)
         return str(composed)
 
     @staticmethod
@@ -259,9 +285,20 @@ def _refuse_outputs(data: Any, path: str = "") -> None:
         raise SettingsError(problems)
 
 
+def _extra_value(index: int, values: ProxyValues) -> Any:
+    return values.extra[index][1]
+
+
 def _plain(values: ProxyValues) -> pulumi.Output[ProxyValues]:
-    """The three values resolved together, for builders that write them into text."""
-    return pulumi.Output.all(values.http_proxy, values.https_proxy, values.no_proxy).apply(lambda v: ProxyValues(*v))
+    """The values resolved together, for builders that write them into text."""
+    names = [name for name, _ in values.extra]
+
+    def build(v: list[Any]) -> ProxyValues:
+        return ProxyValues(v[0], v[1], v[2], no_proxy_python=v[3], extra=tuple(zip(names, v[4:], strict=True)))
+
+    return pulumi.Output.all(
+        values.http_proxy, values.https_proxy, values.no_proxy, values.no_proxy_python, *(v for _, v in values.extra)
+    ).apply(build)
 
 
 def _maybe_secret(value: T, secret: bool) -> pulumi.Output[T]:

@@ -95,6 +95,7 @@ class Entry:
     category: Category = Category.USER
     origins: tuple[str, ...] = ()
     covers: tuple[str, ...] = field(default=())
+    widened: bool = False  # a user's host name, also listed as .name so that exact-match clients cover subdomains
 
     @property
     def network(self) -> IPNetwork | None:
@@ -204,6 +205,19 @@ def parse_entry(value: str, category: Category = Category.USER, origin: str = ""
     return make(Kind.HOST, _parse_hostname(host, value, origin), port)
 
 
+def _widen(entry: Entry) -> Entry:
+    """A user's `example.com` means the domain to curl, Go, Python, wget and Ruby (and to whoever wrote it).
+
+    Node's proxy-from-env and undici, and Node's own http and fetch, match it
+    only exactly: listing `.example.com` too makes them cover the subdomains.
+    """
+    if entry.category is Category.USER and entry.kind is Kind.HOST and "." in entry.value and entry.port is None:
+        return Entry(Kind.SUFFIX, entry.value, None, entry.category, entry.origins, widened=True)
+    if entry.kind is Kind.SUFFIX and entry.widened is False:
+        return entry
+    return entry
+
+
 def _merge_duplicates(entries: Iterable[Entry]) -> list[Entry]:
     merged: dict[tuple[Kind, str, int | None], Entry] = {}
     for entry in entries:
@@ -218,6 +232,7 @@ def _merge_duplicates(entries: Iterable[Entry]) -> list[Entry]:
                 port=entry.port,
                 category=min(seen.category, entry.category),
                 origins=tuple(sorted(set(seen.origins) | set(entry.origins))),
+                widened=seen.widened and entry.widened,
             )
     return list(merged.values())
 
@@ -245,7 +260,7 @@ def compose(sources: Iterable[Source]) -> NoProxy:
     The result does not depend on the order of `sources`.
     """
     parsed = [parse_entry(src.value, src.category, src.origin) for src in sources]
-    entries = _merge_duplicates(parsed)
+    entries = _merge_duplicates(_widen(e) for e in _merge_duplicates(parsed))
     kept: list[Entry] = []
     for entry in entries:
         wider = sorted((o for o in entries if _covered_by(entry, o)), key=Entry._sort_key)
@@ -264,6 +279,7 @@ def compose(sources: Iterable[Source]) -> NoProxy:
                 category=entry.category,
                 origins=entry.origins,
                 covers=tuple(covered),
+                widened=entry.widened,
             )
         )
     result.sort(key=Entry._sort_key)
@@ -295,6 +311,8 @@ class NoProxy:
         for entry in self.entries:
             why = ", ".join(entry.origins) or entry.category.label
             line = f"{','.join(entry.tokens()):<48} {entry.category.label:<16} {why}"
+            if entry.widened:
+                line += f"; .{entry.value} added: Node's proxy-from-env, undici, http and fetch match {entry.value} only exactly"
             if entry.covers:
                 line += f"; covers {'; '.join(entry.covers)}"
             lines.append(line.rstrip())

@@ -52,6 +52,7 @@ __all__ = [
     "NetworkValues",
     "ProxySettings",
     "Resources",
+    "RuntimeSettings",
     "Settings",
     "SettingsError",
     "UpstreamSettings",
@@ -566,6 +567,18 @@ class InjectionSettings(_Model):
         return sorted(set(value))
 
 
+class RuntimeSettings(_Model):
+    """What workloads get beside the six variables, for runtimes that do not read them as they are."""
+
+    java: bool = Field(
+        default=True,
+        description="JAVA_TOOL_OPTIONS with the proxy as system properties: the JVM ignores the *_proxy variables.",
+    )
+    node: bool = Field(
+        default=True, description="NODE_USE_ENV_PROXY=1: Node >= 24's http and fetch read the variables only with it."
+    )
+
+
 class CapiSettings(_Model):
     """Cluster API: the Secrets a management cluster needs so machines boot with the proxy."""
 
@@ -622,6 +635,7 @@ class Settings(_Model):
         default_factory=list, description="Namespaces that get a proxy-config ConfigMap."
     )
     injection: InjectionSettings = Field(default_factory=InjectionSettings)
+    runtimes: RuntimeSettings = Field(default_factory=RuntimeSettings)
     capi: CapiSettings = Field(default_factory=CapiSettings)
     helm_values_secrets: list[HelmValuesSecret] = Field(default_factory=list)
 

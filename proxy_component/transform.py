@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 import pulumi
 
-from .render.env import WORKLOAD_KINDS, env_vars_from_secret
+from .render.env import WORKLOAD_KINDS, env_names, env_vars_from_secret
 from .settings import Settings
 
 __all__ = ["WORKLOAD_TYPES", "inject_proxy_env", "proxy_env_transform"]
@@ -87,7 +87,9 @@ def proxy_env_transform(settings: Settings, env: Sequence[Obj] | pulumi.Output[A
     injection = settings.injection
     excluded = set(injection.exclude_namespaces)
     secret_namespaces = set(settings.proxy_config_namespaces) if settings.has_credentials else None
-    entries: Sequence[Obj] | pulumi.Output[Any] = env_vars_from_secret() if settings.has_credentials else env
+    entries: Sequence[Obj] | pulumi.Output[Any] = (
+        env_vars_from_secret(names=env_names(settings)) if settings.has_credentials else env
+    )
 
     def transform(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
         path = WORKLOAD_TYPES.get(args.type_)

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..settings import NetworkValues, Settings, SettingsError
 from .capi import kubeadm_config_spec, kubeadm_config_template_patch, kubeadm_control_plane_patch
-from .env import ProxyValues, env_vars
+from .env import ProxyValues, env_vars, workload_values
 from .plan import PlanInputs, Planned, check_allow_sources, check_unique, node_values, plan
 from .proxy import config_digest, tinyproxy_conf
 
@@ -35,7 +35,7 @@ Obj = dict[str, Any]
 
 
 def plain_values(settings: Settings, network: NetworkValues | None = None) -> ProxyValues:
-    return ProxyValues(settings.http_proxy, settings.https_proxy, str(settings.no_proxy(network)))
+    return workload_values(settings, settings.no_proxy(network))
 
 
 def _call(build: Any, values: ProxyValues) -> Any:

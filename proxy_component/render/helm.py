@@ -26,7 +26,7 @@ import yaml
 
 from ..noproxy import NoProxy
 from ..settings import HelmValuesSecret, NetworkValues, Settings, SettingsError
-from .env import ProxyValues, env_vars
+from .env import ProxyValues, env_vars, workload_values
 
 __all__ = [
     "PROFILES",
@@ -330,8 +330,8 @@ def profile_values(
     settings: Settings, profile: str, network: NetworkValues | None = None, values: ProxyValues | None = None
 ) -> ProxyValues:
     """The three values one profile's builder receives: `values`' URLs (default: the settings') and its NO_PROXY."""
-    http, https = (values.http_proxy, values.https_proxy) if values else (settings.http_proxy, settings.https_proxy)
-    return ProxyValues(http, https, str(profile_no_proxy(settings, profile, network)))
+    http, https = (values.http_proxy, values.https_proxy) if values else (None, None)
+    return workload_values(settings, profile_no_proxy(settings, profile, network), http, https)
 
 
 def merge_values(user: Mapping[str, Any], proxy: Mapping[str, Any]) -> Values:

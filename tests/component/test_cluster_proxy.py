@@ -106,11 +106,24 @@ def test_outputs(mocked: Harness) -> None:
         "https_proxy",
         "NO_PROXY",
         "no_proxy",
+        "NODE_USE_ENV_PROXY",
+        "JAVA_TOOL_OPTIONS",
     ]
-    assert {e["value"] for e in env} == {url, no_proxy}
-    assert not any(mocked.secret(o) for o in (proxy.http_proxy, proxy.https_proxy, proxy.no_proxy, proxy.env))
+    java = mocked.value(proxy.java_tool_options)
+    assert {e["value"] for e in env} == {url, no_proxy, "1", java}
+    assert java.startswith("-Dhttp.proxyHost=http-proxy.kube-system.svc.k8s.internal -Dhttp.proxyPort=8888 ")
+    assert "-Dhttp.nonProxyHosts=localhost|127.0.0.1|[::1]|k8s.internal|*.k8s.internal|" in java
+    assert mocked.value(proxy.node_use_env_proxy) == "1"
+    python = mocked.value(proxy.no_proxy_python)
+    assert "fd00::/8" in no_proxy.split(",") and "fd00::/8" not in python.split(",")
+    assert python == ",".join(e for e in no_proxy.split(",") if not ("/" in e and ":" in e))
+    outputs = (proxy.http_proxy, proxy.https_proxy, proxy.no_proxy, proxy.env, proxy.no_proxy_python)
+    assert not any(mocked.secret(o) for o in outputs)
     config = mocked.one(CONFIG_MAP, "egress-proxy-config-default").inputs["data"]
     assert config["NO_PROXY"] == config["no_proxy"] == no_proxy
+    assert config["NO_PROXY_PYTHON"] == python
+    assert config["JAVA_TOOL_OPTIONS"] == java
+    assert config["NODE_USE_ENV_PROXY"] == "1"
 
 
 def test_a_cidr_that_is_an_output_of_another_resource_reaches_no_proxy(mocked: Harness) -> None:

@@ -189,6 +189,8 @@ def test_registered_transform_reaches_workloads_and_a_helm_v4_charts_children(mo
         "HTTPS_PROXY": "http://http-proxy.kube-system.svc.cluster.local:8888",
         "https_proxy": "http://http-proxy.kube-system.svc.cluster.local:8888",
         "NO_PROXY": no_proxy,
+        "NODE_USE_ENV_PROXY": "1",
+        "JAVA_TOOL_OPTIONS": mocked.value(proxy.java_tool_options),
     }
     dns = registered["dns"].inputs["spec"]["template"]["spec"]["containers"][0]
     assert "env" not in dns

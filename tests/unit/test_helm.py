@@ -101,7 +101,7 @@ CLUSTER_SETTINGS: dict[str, Any] = {
 }
 CLUSTER_NO_PROXY = (
     "localhost,127.0.0.1,::1,cluster.local,.cluster.local,svc,.svc,kubernetes,kubernetes.default,10.96.0.0/12,"
-    "10.244.0.0/16,10.96.0.1,169.254.169.254,169.254.170.23,fd00:ec2::23,fd00:ec2::254,registry.corp"
+    "10.244.0.0/16,10.96.0.1,169.254.169.254,169.254.170.23,fd00:ec2::23,fd00:ec2::254,registry.corp,.registry.corp"
 )
 
 

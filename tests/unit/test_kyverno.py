@@ -37,7 +37,8 @@ def test_one_rule_per_container_list_and_one_foreach_per_variable() -> None:
         rule = _rule(policy, name)
         assert rule["match"] == {"any": [{"resources": {"kinds": [kind]}}]}
         foreach = rule["mutate"]["foreach"]
-        assert [f["patchStrategicMerge"]["spec"][field][0]["env"][0]["name"] for f in foreach] == list(ENV_NAMES)
+        names = [f["patchStrategicMerge"]["spec"][field][0]["env"][0]["name"] for f in foreach]
+        assert names == [*ENV_NAMES, "NODE_USE_ENV_PROXY", "JAVA_TOOL_OPTIONS"]
         assert all(f["list"] == f"request.object.spec.{field}" for f in foreach)
         assert all(f["patchStrategicMerge"]["spec"][field][0]["(name)"] == "{{ element.name }}" for f in foreach)
 

@@ -166,7 +166,7 @@ def test_order_is_category_then_kind_then_value() -> None:
     assert categories == sorted(categories)
     assert str(composed) == (
         "localhost,127.0.0.1,::1,cluster.local,.cluster.local,svc,.svc,fd00:10:244::/56,10.0.0.0/8,"
-        "api.example.eks.amazonaws.com,10.96.0.1,169.254.169.254,corp.example,.corp.example,registry.corp"
+        "api.example.eks.amazonaws.com,10.96.0.1,169.254.169.254,corp.example,.corp.example,registry.corp,.registry.corp"
     )
     # 10.96.0.0/12 (services), 10.244.0.0/16 (pods) and 10.0.5.0/24 sit inside the node range 10.0.0.0/8.
     (node,) = [e for e in composed.entries if e.category is Category.NODE_NETWORK]
@@ -191,7 +191,7 @@ def test_settings_compose_every_category_in_order() -> None:
     assert str(settings.no_proxy()) == (
         "localhost,127.0.0.1,::1,k8s.internal,.k8s.internal,svc,.svc,kubernetes,kubernetes.default,"
         "172.20.0.0/16,10.244.0.0/16,192.168.0.0/24,abc.gr7.us-east-1.eks.amazonaws.com,"
-        "ec2.internal,.ec2.internal,169.254.169.254,169.254.170.23,fd00:ec2::23,fd00:ec2::254,registry.corp"
+        "ec2.internal,.ec2.internal,169.254.169.254,169.254.170.23,fd00:ec2::23,fd00:ec2::254,registry.corp,.registry.corp"
     )
 
 

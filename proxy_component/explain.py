@@ -1,0 +1,275 @@
+"""What each client does with this cluster's destinations: cells, their intent, and a warning where they differ.
+
+`destinations` lists the representative URLs of a cluster (the API server by
+name and IP, a Service by every name form, a Service, pod and node IP,
+loopback, the metadata endpoints, the user's own entries, an external host).
+`intent` says what should happen to any URL: in-cluster ranges, names and the
+user's entries bypass the proxy, everything else goes through it. `evaluate`
+asks the client model (`clients.decide`) with the environment workloads really
+get (`workload_values`), and `warnings` turns the cells that differ into one
+line per cause, naming the clients, the destinations and what to do. The
+command's `explain` and the component's preview print the same lines.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from .clients import CLIENTS, Client, Decision, Target, decide, error_reason, matched_entry
+from .noproxy import Category, Kind, NoProxy
+from .render.env import env_pairs, workload_values
+from .render.runtimes import NO_PROXY_PYTHON
+from .settings import Settings
+
+__all__ = ["Cell", "Destination", "destinations", "evaluate", "intent", "warnings", "workload_env"]
+
+SERVICE = "my-svc"
+EXTERNAL = "http://github.com/"
+
+
+@dataclass(frozen=True)
+class Destination:
+    url: str
+    label: str
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One client's decision for one URL, the intended one, and why they differ (empty when they agree)."""
+
+    url: str
+    client: str
+    decision: Decision
+    intended: Decision
+    warning: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {
+            "url": self.url,
+            "client": self.client,
+            "decision": self.decision,
+            "intended": self.intended,
+            "warning": self.warning,
+        }
+
+
+def _namespace(settings: Settings) -> str:
+    return settings.namespaces[0] if settings.namespaces else "default"
+
+
+def _known_namespaces(settings: Settings) -> set[str]:
+    return {
+        "default",
+        "kube-system",
+        settings.deployment.namespace,
+        *settings.namespaces,
+        *settings.injection.exclude_namespaces,
+    }
+
+
+def _url(host: str, port: int | None = None) -> str:
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}{f':{port}' if port else ''}/"
+
+
+def _address_in(cidr: str, offset: int = 10) -> str:
+    network = ipaddress.ip_network(cidr)
+    if network.num_addresses <= 2:
+        return str(network.network_address)
+    return str(network.network_address + min(offset, network.num_addresses - 2))
+
+
+def destinations(settings: Settings, no_proxy: NoProxy) -> list[Destination]:
+    """This cluster's representative destinations, in a fixed order, without duplicate URLs."""
+    c = settings.cluster
+    ns, domain = _namespace(settings), c.dns_domain
+    out: list[Destination] = [Destination("http://kubernetes.default.svc/", "API server by name")]
+    api_ips = [e.value for e in no_proxy.entries if e.category is Category.API_SERVER and e.kind is Kind.IP]
+    if not api_ips:
+        api_ips = [_address_in(cidr, 1) for cidr in c.service_cidrs[:1]]
+    out += [Destination(_url(ip), "API server by IP") for ip in api_ips[:1]]
+    out += [
+        Destination(_url(e.value), "API server by host name")
+        for e in no_proxy.entries
+        if e.category is Category.API_SERVER and e.kind is Kind.HOST
+    ][:1]
+    out += [
+        Destination(_url(SERVICE), "Service by short name"),
+        Destination(_url(f"{SERVICE}.{ns}"), "Service by name.namespace"),
+        Destination(_url(f"{SERVICE}.{ns}.svc"), "Service by name.namespace.svc"),
+        Destination(_url(f"{SERVICE}.{ns}.svc.{domain}"), "Service by FQDN"),
+    ]
+    for label, cidrs in (("Service IP", c.service_cidrs), ("pod IP", c.pod_cidrs), ("node IP", c.node_cidrs)):
+        out += [
+            Destination(_url(_address_in(cidr)), f"{label} (IPv{ipaddress.ip_network(cidr).version})") for cidr in cidrs
+        ]
+    out += [
+        Destination("http://localhost/", "loopback"),
+        Destination("http://127.0.0.1/", "loopback"),
+        Destination("http://[::1]/", "loopback"),
+    ]
+    for entry in no_proxy.entries:
+        if entry.category is Category.CLOUD_METADATA:
+            host = f"node-1.{entry.value}" if entry.kind is Kind.SUFFIX else entry.value
+            out.append(Destination(_url(host), "metadata endpoint"))
+    for entry in no_proxy.entries:
+        if entry.category is not Category.USER or entry.kind is Kind.WILDCARD:
+            continue
+        label = f"your noProxy entry {entry.tokens()[0]}"
+        if entry.kind is Kind.CIDR:
+            out.append(Destination(_url(_address_in(entry.value)), label))
+        elif entry.kind is Kind.SUFFIX:
+            out += [
+                Destination(_url(entry.value, entry.port), label),
+                Destination(_url(f"api.{entry.value}", entry.port), label),
+            ]
+        else:
+            out.append(Destination(_url(entry.value, entry.port), label))
+    out.append(Destination(EXTERNAL, "external host"))
+    seen: set[str] = set()
+    unique = []
+    for d in out:
+        if d.url not in seen:
+            seen.add(d.url)
+            unique.append(d)
+    return unique
+
+
+def intent(settings: Settings, no_proxy: NoProxy, url: str | Target) -> Decision:
+    """What should happen: bypass for loopback, in-cluster ranges and names, and the entries; proxy otherwise.
+
+    Entries are read as meant: a host name covers its subdomains, `.x` covers `x`.
+    """
+    t = url if isinstance(url, Target) else Target.parse(url)
+    if t.host == "localhost" or (t.ip is not None and t.ip.is_loopback):
+        return "bypass"
+    c = settings.cluster
+    if t.ip is not None:
+        ranges = [*c.service_cidrs, *c.pod_cidrs, *c.node_cidrs, *c.api_server_ips]
+        if any(t.ip in ipaddress.ip_network(r, strict=False) for r in ranges):
+            return "bypass"
+    else:
+        labels = t.host.rstrip(".").split(".")
+        if len(labels) == 1 or (len(labels) == 2 and labels[1] in _known_namespaces(settings)):
+            return "bypass"  # a Service through the pod's DNS search path
+    for entry in no_proxy.entries:
+        if entry.port is not None and entry.port != t.port:
+            continue
+        if entry.kind is Kind.WILDCARD:
+            return "bypass"
+        if entry.kind in (Kind.IP, Kind.CIDR):
+            network = entry.network
+            if t.ip is not None and network is not None and t.ip.version == network.version and t.ip in network:
+                return "bypass"
+        elif t.host == entry.value or t.host.endswith("." + entry.value):
+            return "bypass"
+    return "proxy"
+
+
+def workload_env(settings: Settings, no_proxy: NoProxy) -> dict[str, str]:
+    """The environment a workload gets: both spellings of the three variables and the runtimes' variables."""
+    return {name: str(value) for name, value in env_pairs(workload_values(settings, no_proxy))}
+
+
+def _cells(settings: Settings, no_proxy: NoProxy, urls: Sequence[str], env: Mapping[str, str]) -> list[Cell]:
+    cells = []
+    for url in urls:
+        t = Target.parse(url)
+        wanted = intent(settings, no_proxy, t)
+        for c in CLIENTS:
+            decision = decide(c, env, t)
+            why = "" if decision == wanted else _why(settings, no_proxy, env, c, t, decision, wanted)
+            cells.append(Cell(url, c.id, decision, wanted, why))
+    return cells
+
+
+def evaluate(settings: Settings, no_proxy: NoProxy, urls: Sequence[str] | None = None) -> list[Cell]:
+    """One cell per URL and client, URLs in order, clients in the model's order."""
+    if urls is None:
+        urls = [d.url for d in destinations(settings, no_proxy)]
+    return _cells(settings, no_proxy, urls, workload_env(settings, no_proxy))
+
+
+def _why(
+    settings: Settings, no_proxy: NoProxy, env: Mapping[str, str], c: Client, t: Target, got: Decision, wanted: Decision
+) -> str:
+    """One line, the same for every client it applies to: why the decision differs from the intent, and what to do."""
+    if got == "error":
+        reason = error_reason(c, env) or "the NO_PROXY value"
+        return (
+            f"fails on every request ({reason}): give Python workloads NO_PROXY from proxy-config's "
+            f"{NO_PROXY_PYTHON} (the component's no_proxy_python output)"
+        )
+    if c.id == "java" and not settings.runtimes.java:
+        return "JVMs ignore the *_proxy variables: set runtimes.java: true so that workloads get JAVA_TOOL_OPTIONS"
+    if c.requires and any(env.get(k) != v for k, v in c.requires):
+        return "Node's http and fetch ignore the variables without NODE_USE_ENV_PROXY=1: set runtimes.node: true"
+    if got == "proxy":
+        if t.ip is None and not any(
+            _entry_covers(e.value, t.host) for e in no_proxy.entries if e.kind in (Kind.HOST, Kind.SUFFIX)
+        ):
+            return (
+                "no NO_PROXY entry can cover a Service's short name, so it goes to the proxy, whose node resolver "
+                "cannot resolve it: call the Service as <name>.<namespace>.svc or by its FQDN"
+            )
+        if c.id == "java" and t.ip is not None:
+            return (
+                "Java's nonProxyHosts has no CIDRs and these ranges have no prefix pattern, so the JVM sends "
+                "these addresses to the proxy: address them by name"
+            )
+        if (
+            t.ip is not None
+            and t.ip.version == 6
+            and any(e.kind is Kind.IP and e.value == t.host for e in no_proxy.entries)
+        ):
+            return (
+                "these clients match an IPv6 entry only in brackets ([addr]), which httpx refuses, so it is listed "
+                "bare: address the destination by name"
+            )
+        if t.ip is not None and not (c.cidr and t.ip.version in c.cidr):
+            return (
+                f"these clients read no IPv{t.ip.version} CIDRs in NO_PROXY, so they send addresses in the "
+                "cluster's ranges to the proxy: address them by name"
+            )
+        return f"no NO_PROXY entry in a form these clients read covers {t.host}: add one"
+    entry = matched_entry(c, env, t)
+    if c.id == "ruby" and entry is not None and ":" not in entry and any(":" in e.value for e in no_proxy.entries):
+        return (
+            f"Ruby splits NO_PROXY entries at ':' and reads {entry!r} out of an IPv6 entry, which matches {t.host}, "
+            "so it connects directly: set no_proxy without IPv6 entries for Ruby workloads"
+        )
+    if entry is not None:
+        return f"these clients read NO_PROXY entry {entry!r} as covering {t.host}, so they connect directly"
+    return f"these clients do not send {t.host} to the proxy"
+
+
+def _entry_covers(value: str, host: str) -> bool:
+    return host == value or host.endswith("." + value)
+
+
+def warnings(settings: Settings, no_proxy: NoProxy, cells: Sequence[Cell] | None = None) -> list[str]:
+    """One line per distinct cause: the clients, the destinations it hits, and what to do; in a stable order."""
+    if cells is None:
+        cells = evaluate(settings, no_proxy)
+    labels = {d.url: d.label for d in destinations(settings, no_proxy)}
+    grouped: dict[str, tuple[list[str], list[str]]] = {}
+    for cell in cells:
+        if not cell.warning:
+            continue
+        clients, urls = grouped.setdefault(cell.warning, ([], []))
+        if cell.client not in clients:
+            clients.append(cell.client)
+        if cell.url not in urls:
+            urls.append(cell.url)
+    every = list(dict.fromkeys(cell.url for cell in cells))
+    lines = []
+    for text, (clients, urls) in grouped.items():
+        shown = (
+            "every destination"
+            if urls == every and len(every) > 1
+            else ", ".join(f"{u} ({labels[u]})" if u in labels else u for u in urls)
+        )
+        lines.append(f"{text} [{', '.join(clients)}; {shown}]")
+    return lines
