@@ -209,7 +209,8 @@ def _print_table(cells: Sequence[Any], labels: dict[str, str]) -> None:
     table.add_column("destination", no_wrap=True)
     table.add_column("intended", min_width=8)
     for client_id in clients:
-        table.add_column(client_id.replace("-", "\n"), justify="center")
+        parts = client_id.split("-")
+        table.add_column("\n".join(parts), justify="center", min_width=max(6, *map(len, parts)))
     rows: dict[str, list[Any]] = {}
     for cell in cells:
         rows.setdefault(cell.url, []).append(cell)
@@ -217,7 +218,7 @@ def _print_table(cells: Sequence[Any], labels: dict[str, str]) -> None:
         label = escape(f"{labels[url]}\n{url}" if url in labels else url)
         shown = [_cell_text(cell, notes) for cell in row]
         table.add_row(label, "direct" if row[0].intended == "bypass" else "proxy", *shown)
-    width = 56 + 9 * (len(clients) + 1)
+    width = 60 + 11 * (len(clients) + 1)
     console = Console(width=max(width, Console().width), highlight=False)
     console.print(table)
 

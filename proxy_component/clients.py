@@ -100,7 +100,8 @@ class Client:
     - `cidr`: the IP versions whose CIDRs it understands; `ip_entries`: an IP
       entry matches as an ``address`` or as ``text``.
     - `entry_port`: how ``host:port`` is split: ``last`` (``^(.+):(\\d+)$``, which
-      also cuts ``fd00::1``), ``hostport`` (Go's SplitHostPort) or ``none``;
+      also cuts ``fd00::1``), ``hostport`` (Go's SplitHostPort), ``unbracket``
+      (``[v6]:port`` or a single ``host:port``, brackets dropped: undici 8) or ``none``;
       `ports`: the entry's port is compared with the URL's ``effective`` port,
       or the entry is compared with ``host:port`` when the URL is ``explicit``.
     - `ipv6_host`: whether it writes an IPv6 host ``bare`` or ``bracketed`` when matching.
@@ -123,7 +124,7 @@ class Client:
     star_dot: Literal["suffix", "strip", "none"] = "none"
     cidr: frozenset[int] = frozenset()
     ip_entries: Literal["address", "text"] = "text"
-    entry_port: Literal["last", "hostport", "none"] = "none"
+    entry_port: Literal["last", "hostport", "unbracket", "none"] = "none"
     ports: Literal["effective", "explicit", "none"] = "none"
     ipv6_host: Literal["bare", "bracketed"] = "bare"
     loopback: Literal["go", "resolve", "none"] = "none"
@@ -149,6 +150,13 @@ def _split_port(c: Client, entry: str) -> tuple[str, int | None]:
     if c.entry_port == "last":
         m = _PORT_LAST.match(entry)
         return (m.group(1), int(m.group(2))) if m else (entry, None)
+    if c.entry_port == "unbracket":  # undici 8: [v6]:port, or host:port with one colon; brackets dropped
+        m = re.match(r"^\[(.+)\]:(\d+)$", entry)
+        if m:
+            return m.group(1), int(m.group(2))
+        bare = entry[1:-1] if entry.startswith("[") and entry.endswith("]") else entry
+        m = _PORT_LAST.match(bare) if bare.count(":") == 1 else None
+        return (m.group(1), int(m.group(2))) if m else (bare, None)
     if c.entry_port == "hostport":  # Go: net.SplitHostPort, then brackets dropped
         if entry.startswith("["):
             close = entry.find("]")
@@ -214,26 +222,6 @@ def _generic(c: Client, raw: str, t: Target) -> bool:
 
 
 # --- matchers for clients whose rules are their own ----------------------------------------------
-
-
-def _requests(c: Client, raw: str, t: Target) -> bool:
-    """requests' should_bypass_proxies: IPv4 CIDR or equality for IPv4 URLs, a raw suffix for names, then urllib."""
-    entry = raw
-    if t.ip is not None and t.ip.version == 4:
-        if "/" in entry:
-            try:
-                network = ipaddress.ip_network(entry, strict=False)
-            except ValueError:
-                network = None
-            if network is not None and network.version == 4 and t.ip in network:
-                return True
-        elif t.host == entry:
-            return True
-    else:
-        with_port = f"{t.host}:{t.port}" if t.explicit_port else t.host
-        if t.host.endswith(entry) or with_port.endswith(entry):
-            return True
-    return _generic(_URLLIB_BARE, raw, t)
 
 
 def _httpx_raises(entry: str) -> str | None:
@@ -417,7 +405,8 @@ CLIENTS: tuple[Client, ...] = (
         proxy_vars=_LOWER_FIRST,
         pick="nonempty",
         separators=r"[,]",
-        matcher=_requests,
+        cidr=frozenset({4}),
+        ports="explicit",
     ),
     Client(
         "python-httpx",
@@ -485,10 +474,14 @@ CLIENTS: tuple[Client, ...] = (
     Client(
         "node-undici",
         "undici 8 EnvHttpProxyAgent",
-        "8",
+        "8.12",
         no_proxy_vars=_NO_LOWER_FIRST,
         proxy_vars=_LOWER_FIRST,
-        **_NODE_EXACT,  # type: ignore[arg-type]
+        separators=r"[,\s]",
+        wildcard="entry",
+        star_dot="suffix",
+        entry_port="unbracket",
+        ports="effective",
     ),
     Client(
         "node-undici-7",
@@ -501,11 +494,15 @@ CLIENTS: tuple[Client, ...] = (
     Client(
         "node-http",
         "Node 24 http (NODE_USE_ENV_PROXY=1)",
-        "24",
-        no_proxy_vars=("NO_PROXY", "no_proxy"),
-        proxy_vars=_UPPER_FIRST,
+        "24.21",
+        no_proxy_vars=_NO_LOWER_FIRST,
+        proxy_vars=_LOWER_FIRST,
+        pick="nonempty",
+        wildcard="entry",
+        names="exact",
+        star_dot="suffix",
+        ports="explicit",
         requires=(("NODE_USE_ENV_PROXY", "1"),),
-        **_NODE_EXACT,  # type: ignore[arg-type]
     ),
     Client(
         "node-fetch",

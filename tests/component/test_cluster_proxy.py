@@ -11,7 +11,7 @@ import pytest
 
 from proxy_component import ClusterNetwork, ClusterProxy, ClusterProxyArgs, SettingsError
 from proxy_component.render.proxy import CONFIG_HASH_ANNOTATION
-from tests.conftest import Harness, holds_secret
+from tests.conftest import ROOT, Harness, holds_secret
 
 COMPONENT = "proxy-component:index:ClusterProxy"
 CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
@@ -282,16 +282,40 @@ def test_the_config_digest_rolls_the_daemonset_only_when_the_config_changes(mock
 
 
 def test_the_preview_says_which_clients_break_on_the_list(mocked: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    from proxy_component.explain import warnings as model_warnings
+    from proxy_component.settings import parse_settings
+
     caplog.set_level("INFO")
     settings = {**IPV6_ONLY, "proxy": {"noProxy": ["fd00::/8"], "httpProxy": "http://user:hunter2@proxy.corp:3128"}}
     ClusterProxy("egress", ClusterProxyArgs(settings=settings))
     logs = mocked.logs(caplog)
     warnings = [m for level, m in logs if level == "WARNING"]
-    assert len(warnings) == 1
-    assert warnings[0].startswith("NO_PROXY: IPv6 CIDRs (fd00::/8) are matched only by Go")
-    assert "httpx raises InvalidURL" in warnings[0]
-    assert any(level == "INFO" and "IPv4 CIDRs (10.0.0.0/8)" in m for level, m in logs)
+    parsed = parse_settings(settings)
+    expected = model_warnings(parsed, parsed.no_proxy())
+    assert warnings == [f"NO_PROXY: {line}" for line in expected]
+    assert any("Python httpx" in w or "python-httpx" in w for w in warnings)
+    assert any("NO_PROXY_PYTHON" in w for w in warnings)
     assert not any("hunter2" in m for _, m in logs)
+
+
+def test_each_examples_preview_warnings_are_the_models(mocked: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    """Every cell of `explain` that misses its intent has its line in the preview, for each YAML example."""
+    from proxy_component.explain import evaluate
+    from proxy_component.settings import load_settings
+
+    caplog.set_level("WARNING")
+    for example in ("ipv6-only", "corporate-proxy"):
+        caplog.clear()
+        settings = load_settings(str(ROOT / "examples" / example / "proxy.yaml"))
+        ClusterProxy(example, ClusterProxyArgs(settings=settings))
+        mocked.settle()
+        shown = [m for level, m in mocked.logs(caplog) if level == "WARNING" and m.startswith("NO_PROXY: ")]
+        failing = [c for c in evaluate(settings, settings.no_proxy()) if c.decision != c.intended]
+        assert failing, example
+        for cell in failing:
+            lines = [m for m in shown if m.startswith(f"NO_PROXY: {cell.warning} [") and cell.client in m]
+            assert len(lines) == 1, (example, cell)
+            assert cell.url in lines[0] or "every destination" in lines[0]
 
 
 def test_overridden_network_fields_say_so_in_provenance(mocked: Harness) -> None:

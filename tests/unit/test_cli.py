@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 import subprocess
 import sys
@@ -75,12 +76,74 @@ def test_no_proxy_prints_the_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert set(seed.split(",")) <= set(line.strip().split(","))
 
 
-def test_explain_lists_origins_and_client_caveats(capsys: pytest.CaptureFixture[str]) -> None:
+def test_explain_lists_origins_renderings_the_table_and_each_warning(capsys: pytest.CaptureFixture[str]) -> None:
+    from proxy_component.clients import CLIENT_IDS
+    from proxy_component.explain import warnings
+    from proxy_component.settings import load_settings
+
     assert main(["explain", str(EXAMPLE)]) == 0
     out = capsys.readouterr().out
-    assert "fd00::/8" in out
     assert "covers fd00:10:244::/56 (cluster.podCidrs[0])" in out
-    assert "Python httpx raises InvalidURL" in out
+    settings = load_settings(str(EXAMPLE))
+    no_proxy = settings.no_proxy()
+    python = [line for line in out.splitlines() if line.startswith("NO_PROXY_PYTHON")]
+    assert python == [f"NO_PROXY_PYTHON (Python workloads): {str(no_proxy).replace(',fd00::/8', '')}"]
+    assert "JAVA_TOOL_OPTIONS: -Dhttp.proxyHost=http-proxy.kube-system.svc.k8s.internal" in out
+    assert "not for Java: fd00::/8" in out
+    header = out[out.index("┏") : out.index("┡")]
+    for client_id in CLIENT_IDS:  # each column header holds the id's parts, one per line
+        assert all(part in header for part in client_id.split("-")), client_id
+    expected = warnings(settings, no_proxy)
+    assert expected, "the IPv6-only example has cells that miss their intent"
+    shown = [line for line in out.splitlines() if line.startswith("[")]
+    assert shown == [f"[{n}] {line}" for n, line in enumerate(expected, 1)]
+    assert any("Python httpx" not in line and "NO_PROXY_PYTHON" in line for line in shown)
+
+
+def test_explain_json_has_one_cell_per_destination_and_client(capsys: pytest.CaptureFixture[str]) -> None:
+    from proxy_component.clients import CLIENT_IDS
+    from proxy_component.explain import destinations, evaluate
+    from proxy_component.settings import load_settings
+
+    assert main(["explain", str(EXAMPLE), "--json"]) == 0
+    cells = json.loads(capsys.readouterr().out)
+    settings = load_settings(str(EXAMPLE))
+    urls = [d.url for d in destinations(settings, settings.no_proxy())]
+    assert [(c["url"], c["client"]) for c in cells] == [(u, c) for u in urls for c in CLIENT_IDS]
+    assert all(set(c) == {"url", "client", "decision", "intended", "warning"} for c in cells)
+    assert all((c["warning"] == "") == (c["decision"] == c["intended"]) for c in cells)
+    assert cells == [c.as_dict() for c in evaluate(settings, settings.no_proxy())]
+    assert {c["decision"] for c in cells} == {"bypass", "proxy", "error"}
+
+
+def test_explain_json_with_urls_judges_exactly_those(capsys: pytest.CaptureFixture[str]) -> None:
+    from proxy_component.clients import CLIENT_IDS
+
+    urls = ["http://my-svc.default/", "http://github.com/", "http://[fd00:10:244::5]:8080/", "http://api.other.test/"]
+    assert main(["explain", str(EXAMPLE), "--json", *(a for u in urls for a in ("--url", u))]) == 0
+    cells = json.loads(capsys.readouterr().out)
+    assert [(c["url"], c["client"]) for c in cells] == [(u, c) for u in urls for c in CLIENT_IDS]
+    by = {(c["url"], c["client"]): c for c in cells}
+    short = by[("http://my-svc.default/", "go")]
+    assert (short["decision"], short["intended"]) == ("proxy", "bypass")
+    assert "<name>.<namespace>.svc" in short["warning"]
+    assert {by[("http://github.com/", c)]["intended"] for c in CLIENT_IDS} == {"proxy"}
+    assert by[("http://[fd00:10:244::5]:8080/", "go")] == {
+        "url": "http://[fd00:10:244::5]:8080/",
+        "client": "go",
+        "decision": "bypass",
+        "intended": "bypass",
+        "warning": "",
+    }
+    assert by[("http://api.other.test/", "curl")]["intended"] == "proxy"
+
+
+@pytest.mark.parametrize("url", ["ftp://x/", "github.com", "http://x:99999/"])
+def test_explain_refuses_a_url_it_cannot_judge(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", str(EXAMPLE), "--json", "--url", url]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert f"--url: {url!r}" in captured.err
 
 
 def test_explain_redacts_credentials(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
