@@ -95,15 +95,19 @@ class Client:
     - `names`: how an entry ``x`` matches: ``domain`` (``x`` and ``*.x``),
       ``exact`` (``x`` only) or ``raw`` (any name ending in ``x``, even ``notx``).
     - `leading_dot`: ``.x`` matches ``domain`` (``x`` and ``*.x``) or ``suffix`` (``*.x`` only).
-    - `star_dot`: ``*.x`` means ``suffix`` (``*.x`` only), ``strip`` (the ``*`` is
-      dropped and the rest is a raw suffix) or ``none`` (no match).
+    - `star_dot`: ``*.x`` means ``suffix`` (``*.x`` only), ``domain`` (``x`` and
+      ``*.x``), ``strip`` (the ``*`` is dropped and the rest is a raw suffix) or
+      ``none`` (no match).
     - `cidr`: the IP versions whose CIDRs it understands; `ip_entries`: an IP
       entry matches as an ``address`` or as ``text``.
     - `entry_port`: how ``host:port`` is split: ``last`` (``^(.+):(\\d+)$``, which
       also cuts ``fd00::1``), ``hostport`` (Go's SplitHostPort), ``unbracket``
       (``[v6]:port`` or a single ``host:port``, brackets dropped: undici 8) or ``none``;
       `ports`: the entry's port is compared with the URL's ``effective`` port,
-      or the entry is compared with ``host:port`` when the URL is ``explicit``.
+      or the entry is compared with ``host:port`` when the URL is ``explicit``
+      (``explicit-names``: only for host names, requests).
+    - `names_on_ips`: whether an IP host is also matched as a name (``0.1``
+      covering ``10.0.0.1``), or only by equal text, address or CIDR (curl, Go).
     - `ipv6_host`: whether it writes an IPv6 host ``bare`` or ``bracketed`` when matching.
     - `loopback`: ``go`` (localhost and loopback IPs never use the proxy),
       ``resolve`` (a name resolving to loopback does not, Ruby) or ``none``.
@@ -121,11 +125,12 @@ class Client:
     wildcard: Literal["value", "entry", "none"] = "value"
     names: Literal["domain", "exact", "raw"] = "domain"
     leading_dot: Literal["domain", "suffix"] = "domain"
-    star_dot: Literal["suffix", "strip", "none"] = "none"
+    star_dot: Literal["suffix", "domain", "strip", "none"] = "none"
     cidr: frozenset[int] = frozenset()
     ip_entries: Literal["address", "text"] = "text"
     entry_port: Literal["last", "hostport", "unbracket", "none"] = "none"
-    ports: Literal["effective", "explicit", "none"] = "none"
+    ports: Literal["effective", "explicit", "explicit-names", "none"] = "none"
+    names_on_ips: bool = True
     ipv6_host: Literal["bare", "bracketed"] = "bare"
     loopback: Literal["go", "resolve", "none"] = "none"
     requires: tuple[tuple[str, str], ...] = ()
@@ -172,6 +177,8 @@ def _split_port(c: Client, entry: str) -> tuple[str, int | None]:
 
 def _name_match(c: Client, entry: str, host: str) -> bool:
     if entry.startswith("*."):
+        if c.star_dot == "domain":
+            return host == entry[2:] or host.endswith(entry[1:])
         if c.star_dot == "suffix":
             return host.endswith(entry[1:])
         if c.star_dot == "strip":
@@ -215,7 +222,9 @@ def _generic(c: Client, raw: str, t: Target) -> bool:
         if address is not None:
             return t.ip is not None and address == t.ip
     host = t.host_as(c.ipv6_host)
-    if c.ports == "explicit":
+    if t.ip is not None and not c.names_on_ips:
+        return host_part == host
+    if c.ports == "explicit" or (c.ports == "explicit-names" and t.ip is None):
         candidates = [host, f"{host}:{t.port}"] if t.explicit_port else [host]
         return any(_name_match(c, host_part, h) for h in candidates)
     return _name_match(c, host_part, host)
@@ -338,11 +347,16 @@ def _java_pattern(pattern: str, host: str) -> bool:
 
 
 def _java_decide(env: Mapping[str, str], t: Target) -> Decision:
-    props = java_properties(env.get("JAVA_TOOL_OPTIONS", ""))
+    options = env.get("JAVA_TOOL_OPTIONS", "")
+    if any(not word.startswith("-") for word in options.split()):
+        return "error"  # the JVM splits the value at spaces and refuses to start on a word that is no option
+    props = java_properties(options)
     host_prop = "https.proxyHost" if t.scheme == "https" else "http.proxyHost"
     if not props.get(host_prop):
         return "bypass"
-    patterns = props.get("http.nonProxyHosts", JAVA_DEFAULT_NON_PROXY)
+    given = props.get("http.nonProxyHosts")
+    # The JVM appends its defaults to a non-empty value; an empty one leaves none.
+    patterns = JAVA_DEFAULT_NON_PROXY if given is None else f"{given}|{JAVA_DEFAULT_NON_PROXY}" if given else ""
     host = t.host_as(JAVA.ipv6_host)
     if any(_java_pattern(p, host) for p in patterns.split("|")):
         return "bypass"
@@ -359,10 +373,19 @@ _NO_LOWER_FIRST = ("no_proxy", "NO_PROXY")
 _CURL = dict(
     no_proxy_vars=_NO_LOWER_FIRST,
     proxy_vars={"http": ("http_proxy",), "https": ("https_proxy", "HTTPS_PROXY")},
+    pick="nonempty",
     separators=r"[,\s]",
     cidr=frozenset({4}),
+    names_on_ips=False,
 )
 _URLLIB = dict(no_proxy_vars=_NO_LOWER_FIRST, proxy_vars=_LOWER_FIRST, ports="explicit", ipv6_host="bracketed")
+_UNDICI_7 = dict(
+    separators=r"[,\s]",
+    star_dot="domain",
+    entry_port="last",
+    ports="effective",
+    ipv6_host="bracketed",
+)
 _NODE_EXACT = dict(
     separators=r"[,\s]",
     wildcard="entry",
@@ -406,7 +429,7 @@ CLIENTS: tuple[Client, ...] = (
         pick="nonempty",
         separators=r"[,]",
         cidr=frozenset({4}),
-        ports="explicit",
+        ports="explicit-names",
     ),
     Client(
         "python-httpx",
@@ -437,6 +460,7 @@ CLIENTS: tuple[Client, ...] = (
         star_dot="suffix",
         cidr=frozenset({4, 6}),
         ip_entries="address",
+        names_on_ips=False,
         entry_port="hostport",
         ports="effective",
         loopback="go",
@@ -486,10 +510,10 @@ CLIENTS: tuple[Client, ...] = (
     Client(
         "node-undici-7",
         "undici 7 EnvHttpProxyAgent",
-        "7",
+        "7.30",
         no_proxy_vars=_NO_LOWER_FIRST,
         proxy_vars=_LOWER_FIRST,
-        **_NODE_EXACT,  # type: ignore[arg-type]
+        **_UNDICI_7,  # type: ignore[arg-type]
     ),
     Client(
         "node-http",
@@ -507,11 +531,11 @@ CLIENTS: tuple[Client, ...] = (
     Client(
         "node-fetch",
         "Node 24 fetch (NODE_USE_ENV_PROXY=1)",
-        "24",
-        no_proxy_vars=("NO_PROXY", "no_proxy"),
-        proxy_vars=_UPPER_FIRST,
+        "24.21 (its bundled undici 7)",
+        no_proxy_vars=_NO_LOWER_FIRST,
+        proxy_vars=_LOWER_FIRST,
         requires=(("NODE_USE_ENV_PROXY", "1"),),
-        **_NODE_EXACT,  # type: ignore[arg-type]
+        **_UNDICI_7,  # type: ignore[arg-type]
     ),
     Client(
         "npm",
@@ -605,6 +629,8 @@ def decide(c: Client | str, env: Mapping[str, str], url: str | Target) -> Decisi
     if not value.strip():
         return "proxy"
     if c.wildcard != "none" and value.strip() == "*":
+        return "bypass"
+    if c.wildcard == "entry" and any(entry.strip() == "*" for entry in entries):
         return "bypass"
     match = c.matcher or _generic
     return "bypass" if any(match(c, entry, t) for entry in entries) else "proxy"

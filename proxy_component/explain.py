@@ -17,7 +17,7 @@ import ipaddress
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .clients import CLIENTS, Client, Decision, Target, decide, error_reason, matched_entry
+from .clients import CLIENTS, Client, Decision, Target, decide, matched_entry
 from .noproxy import Category, Kind, NoProxy
 from .render.env import env_pairs, workload_values
 from .render.runtimes import NO_PROXY_PYTHON
@@ -197,10 +197,10 @@ def _why(
 ) -> str:
     """One line, the same for every client it applies to: why the decision differs from the intent, and what to do."""
     if got == "error":
-        reason = error_reason(c, env) or "the NO_PROXY value"
         return (
-            f"fails on every request ({reason}): give Python workloads NO_PROXY from proxy-config's "
-            f"{NO_PROXY_PYTHON} (the component's no_proxy_python output)"
+            "fails on every request: httpx refuses IPv6 CIDRs and bracketed IPv6 addresses in NO_PROXY (InvalidURL "
+            f"when a client is created): give Python workloads NO_PROXY from proxy-config's {NO_PROXY_PYTHON} "
+            "(the component's no_proxy_python output)"
         )
     if c.id == "java" and not settings.runtimes.java:
         return "JVMs ignore the *_proxy variables: set runtimes.java: true so that workloads get JAVA_TOOL_OPTIONS"
@@ -224,9 +224,14 @@ def _why(
             and t.ip.version == 6
             and any(e.kind is Kind.IP and e.value == t.host for e in no_proxy.entries)
         ):
+            if all(decide(c, {**env, "no_proxy": v, "NO_PROXY": v}, t) == "proxy" for v in (t.host, f"[{t.host}]")):
+                return (
+                    "Ruby splits NO_PROXY entries at ':', so no IPv6 address entry works for it: address the "
+                    "destination by name"
+                )
             return (
-                "these clients match an IPv6 entry only in brackets ([addr]), which httpx refuses, so it is listed "
-                "bare: address the destination by name"
+                "these clients match an IPv6 address only bracketed ([addr]), which is listed only when NO_PROXY "
+                "holds an IPv6 CIDR (httpx refuses brackets): address the destination by name"
             )
         if t.ip is not None and not (c.cidr and t.ip.version in c.cidr):
             return (

@@ -208,8 +208,8 @@ def parse_entry(value: str, category: Category = Category.USER, origin: str = ""
 def _widen(entry: Entry) -> Entry:
     """A user's `example.com` means the domain to curl, Go, Python, wget and Ruby (and to whoever wrote it).
 
-    Node's proxy-from-env and undici, and Node's own http and fetch, match it
-    only exactly: listing `.example.com` too makes them cover the subdomains.
+    Node's proxy-from-env (axios) and Node's own http match it only exactly:
+    listing `.example.com` too makes them cover the subdomains.
     """
     if entry.category is Category.USER and entry.kind is Kind.HOST and "." in entry.value and entry.port is None:
         return Entry(Kind.SUFFIX, entry.value, None, entry.category, entry.origins, widened=True)
@@ -292,10 +292,26 @@ class NoProxy:
 
     entries: tuple[Entry, ...]
 
+    @property
+    def brackets_ipv6(self) -> bool:
+        """Also write IPv6 addresses bracketed (`[fd00::1]`), which urllib, proxy-from-env, undici 7 and npm match.
+
+        Only when the list holds an IPv6 CIDR: httpx refuses both forms, so it already
+        needs NO_PROXY_PYTHON (without either) there, and nowhere else does it lose.
+        """
+        return any(e.kind is Kind.CIDR and ":" in e.value for e in self.entries)
+
+    def entry_tokens(self, entry: Entry) -> tuple[str, ...]:
+        """The tokens of one entry in this list: its own, plus the bracketed form of an IPv6 address."""
+        tokens = entry.tokens()
+        if self.brackets_ipv6 and entry.kind is Kind.IP and ":" in entry.value and entry.port is None:
+            tokens += (f"[{entry.value}]",)
+        return tokens
+
     def tokens(self) -> tuple[str, ...]:
         seen: dict[str, None] = {}
         for entry in self.entries:
-            for token in entry.tokens():
+            for token in self.entry_tokens(entry):
                 seen.setdefault(token, None)
         return tuple(seen)
 
@@ -310,9 +326,13 @@ class NoProxy:
         lines = []
         for entry in self.entries:
             why = ", ".join(entry.origins) or entry.category.label
-            line = f"{','.join(entry.tokens()):<48} {entry.category.label:<16} {why}"
+            line = f"{','.join(self.entry_tokens(entry)):<48} {entry.category.label:<16} {why}"
             if entry.widened:
-                line += f"; .{entry.value} added: Node's proxy-from-env, undici, http and fetch match {entry.value} only exactly"
+                line += (
+                    f"; .{entry.value} added: proxy-from-env (axios) and Node's http match {entry.value} only exactly"
+                )
+            if len(self.entry_tokens(entry)) > len(entry.tokens()):
+                line += "; bracketed too, for urllib, proxy-from-env, undici 7, Node's fetch and npm"
             if entry.covers:
                 line += f"; covers {'; '.join(entry.covers)}"
             lines.append(line.rstrip())

@@ -97,7 +97,7 @@ def test_outputs(mocked: Harness) -> None:
     assert mocked.value(proxy.http_proxy) == url
     assert mocked.value(proxy.https_proxy) == url
     no_proxy = mocked.value(proxy.no_proxy)
-    assert no_proxy.startswith("localhost,127.0.0.1,::1,k8s.internal,.k8s.internal,svc,.svc,")
+    assert no_proxy.startswith("localhost,127.0.0.1,::1,[::1],k8s.internal,.k8s.internal,svc,.svc,")
     env = mocked.value(proxy.env)
     assert [e["name"] for e in env] == [
         "HTTP_PROXY",
@@ -115,8 +115,10 @@ def test_outputs(mocked: Harness) -> None:
     assert "-Dhttp.nonProxyHosts=localhost|127.0.0.1|[::1]|k8s.internal|*.k8s.internal|" in java
     assert mocked.value(proxy.node_use_env_proxy) == "1"
     python = mocked.value(proxy.no_proxy_python)
-    assert "fd00::/8" in no_proxy.split(",") and "fd00::/8" not in python.split(",")
-    assert python == ",".join(e for e in no_proxy.split(",") if not ("/" in e and ":" in e))
+    assert "fd00::/8" in no_proxy.split(",")
+    assert "[::1]" in no_proxy.split(",")
+    kept = [e for e in no_proxy.split(",") if not ("/" in e and ":" in e) and not e.startswith("[")]
+    assert python == ",".join(kept)
     outputs = (proxy.http_proxy, proxy.https_proxy, proxy.no_proxy, proxy.env, proxy.no_proxy_python)
     assert not any(mocked.secret(o) for o in outputs)
     config = mocked.one(CONFIG_MAP, "egress-proxy-config-default").inputs["data"]
@@ -346,7 +348,7 @@ def test_a_discovered_ip_family_and_cloud_entries_reach_the_service_and_no_proxy
         origin="eks",
     )
     proxy = ClusterProxy("egress", ClusterProxyArgs(settings={}, network=network))
-    assert mocked.value(proxy.no_proxy).endswith("2600:1f14::/56,169.254.169.254,fd00:ec2::254")
+    assert mocked.value(proxy.no_proxy).endswith("2600:1f14::/56,169.254.169.254,fd00:ec2::254,[fd00:ec2::254]")
     spec = mocked.one(SERVICE, "egress-service").inputs["spec"]
     assert (spec["ipFamilyPolicy"], spec["ipFamilies"]) == ("SingleStack", ["IPv6"])
 

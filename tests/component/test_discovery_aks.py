@@ -39,6 +39,7 @@ SUBNETS = {
 }
 
 HEAD = "localhost,127.0.0.1,::1,cluster.local,.cluster.local,svc,.svc,kubernetes,kubernetes.default,"
+HEAD_V6 = HEAD.replace("::1,", "::1,[::1],", 1)  # an IPv6 CIDR in the list: IPv6 addresses bracketed too
 METADATA = "168.63.129.16,169.254.169.254"
 
 
@@ -210,7 +211,7 @@ def test_dual_stack_overlay_cluster(mocked: Harness) -> None:
     answering(mocked, {GET_SUBNET: get_subnet})
     egress = proxy(aks.from_cluster(new_cluster()))
     assert mocked.value(egress.no_proxy) == (
-        f"{HEAD}10.0.0.10,10.0.0.0/16,fd12:3456:789a:1::/108,10.244.0.0/16,fd12:3456:789a::/64,"
+        f"{HEAD_V6}10.0.0.10,10.0.0.0/16,fd12:3456:789a:1::/108,10.244.0.0/16,fd12:3456:789a::/64,"
         f"10.242.0.0/16,fd5c:24e1:9a7b:1::/64,{FQDN},{METADATA}"
     )
     assert allow(mocked) == [

@@ -144,10 +144,10 @@ def test_ipv6_cluster(mocked: Harness) -> None:
     answering(mocked, {GET_VPC: vpc("us-east-1", ["10.0.0.0/16"], ["2600:1f18:2a4c:9e00::/56"])})
     egress = proxy(eks.from_cluster(new_cluster()))
     assert mocked.value(egress.no_proxy) == (
-        "localhost,127.0.0.1,::1,cluster.local,.cluster.local,svc,.svc,kubernetes,kubernetes.default,"
+        "localhost,127.0.0.1,::1,[::1],cluster.local,.cluster.local,svc,.svc,kubernetes,kubernetes.default,"
         "fd2c:8b1e:5a3f::/108,10.0.0.0/16,2600:1f18:2a4c:9e00::/56,"
         "0a1b2c3d4e5f60718293a4b5c6d7e8f9.gr7.us-east-1.eks.amazonaws.com,"
-        "ec2.internal,.ec2.internal,169.254.169.254,169.254.170.23,fd00:ec2::23,fd00:ec2::254"
+        "ec2.internal,.ec2.internal,169.254.169.254,169.254.170.23,fd00:ec2::23,[fd00:ec2::23],fd00:ec2::254,[fd00:ec2::254]"
     )
     assert allow(mocked) == ["10.0.0.0/16", "127.0.0.1", "::1", "2600:1f18:2a4c:9e00::/56"]
     assert service_families(mocked) == ("SingleStack", ["IPv6"])

@@ -31,6 +31,7 @@ SUBNET_PATH = f"projects/{PROJECT}/regions/{REGION}/subnetworks/gke-nodes"
 PODS_RANGE = "gke-prod-pods-1a2b3c4d"
 
 HEAD = "localhost,127.0.0.1,::1,cluster.local,.cluster.local,svc,.svc,kubernetes,kubernetes.default,"
+HEAD_V6 = HEAD.replace("::1,", "::1,[::1],", 1)  # an IPv6 CIDR in the list: IPv6 addresses bracketed too
 METADATA = "metadata,metadata.google.internal,169.254.169.254"
 
 
@@ -133,7 +134,7 @@ def test_dual_stack_cluster_takes_the_subnets_ipv6_range_for_nodes_and_pods(mock
     network = gke.from_cluster(new_cluster())
     egress = proxy(network)
     assert mocked.value(egress.no_proxy) == (
-        f"{HEAD}34.118.224.0/20,10.8.0.0/14,fd20:6a3:ab42::/64,10.132.0.0/20,34.140.21.87,{METADATA}"
+        f"{HEAD_V6}34.118.224.0/20,10.8.0.0/14,fd20:6a3:ab42::/64,10.132.0.0/20,34.140.21.87,{METADATA}"
     )
     assert allow(mocked) == ["10.8.0.0/14", "10.132.0.0/20", "127.0.0.1", "::1", "fd20:6a3:ab42::/64"]
     assert service_families(mocked) == ("PreferDualStack", None)

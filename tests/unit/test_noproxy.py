@@ -165,7 +165,7 @@ def test_order_is_category_then_kind_then_value() -> None:
     categories = [e.category for e in composed.entries]
     assert categories == sorted(categories)
     assert str(composed) == (
-        "localhost,127.0.0.1,::1,cluster.local,.cluster.local,svc,.svc,fd00:10:244::/56,10.0.0.0/8,"
+        "localhost,127.0.0.1,::1,[::1],cluster.local,.cluster.local,svc,.svc,fd00:10:244::/56,10.0.0.0/8,"
         "api.example.eks.amazonaws.com,10.96.0.1,169.254.169.254,corp.example,.corp.example,registry.corp,.registry.corp"
     )
     # 10.96.0.0/12 (services), 10.244.0.0/16 (pods) and 10.0.5.0/24 sit inside the node range 10.0.0.0/8.
