@@ -27,6 +27,7 @@ __all__ = ["Cell", "Destination", "destinations", "evaluate", "intent", "warning
 
 SERVICE = "my-svc"
 EXTERNAL = "http://github.com/"
+USER_ROWS = 16  # of the user's own entries, the first ones in NO_PROXY order get a row
 
 
 @dataclass(frozen=True)
@@ -114,9 +115,8 @@ def destinations(settings: Settings, no_proxy: NoProxy) -> list[Destination]:
         if entry.category is Category.CLOUD_METADATA:
             host = f"node-1.{entry.value}" if entry.kind is Kind.SUFFIX else entry.value
             out.append(Destination(_url(host), "metadata endpoint"))
-    for entry in no_proxy.entries:
-        if entry.category is not Category.USER or entry.kind is Kind.WILDCARD:
-            continue
+    users = [e for e in no_proxy.entries if e.category is Category.USER and e.kind is not Kind.WILDCARD]
+    for entry in users[:USER_ROWS]:  # a sample: every row costs one decision per client and entry
         label = f"your noProxy entry {entry.tokens()[0]}"
         if entry.kind is Kind.CIDR:
             out.append(Destination(_url(_address_in(entry.value)), label))

@@ -154,3 +154,22 @@ def test_every_cell_that_misses_its_intent_is_explained(name: str) -> None:
     # The external host goes through the proxy for every client but an erroring one.
     external = [c for c in cells if c.url == "http://github.com/"]
     assert {c.decision for c in external} <= {"proxy", "error"}
+
+
+@pytest.mark.parametrize("name", ["corporate-proxy", "eks-prod", "gke-prod", "aks-prod"])
+def test_a_real_jvm_with_the_rendered_java_tool_options_does_what_is_intended(name: str) -> None:
+    """IPv4 clusters: the JVM, configured only by JAVA_TOOL_OPTIONS, bypasses every in-cluster destination it
+    can be told about (names, the octet prefixes of the IPv4 CIDRs) and proxies the external hosts."""
+    from proxy_component.explain import intent
+
+    settings, network = example(name)
+    no_proxy = settings.no_proxy(network)
+    env = workload_env(settings, no_proxy)
+    assert "-Dhttp.nonProxyHosts=" in env["JAVA_TOOL_OPTIONS"]
+    short = {"http://my-svc/", *(f"http://my-svc.{ns}/" for ns in ("default", *settings.namespaces))}
+    urls = [u for u in _urls(settings, network) if u not in short]
+    real = decide_many(env, urls, ("java",))["java"]
+    wrong = {u: real[u] for u in urls if real[u] != intent(settings, no_proxy, u)}
+    assert not wrong, wrong
+    assert real["http://github.com/"] == "proxy"
+    assert real[f"http://my-svc.{settings.namespaces[0]}.svc/"] == "bypass"
