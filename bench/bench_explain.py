@@ -44,10 +44,10 @@ def main() -> int:
         settings = parse_settings(data)
         no_proxy = settings.no_proxy()
         cells = evaluate(settings, no_proxy)
-        took = _median(lambda s=settings, n=no_proxy: evaluate(s, n))  # type: ignore[misc]
+        took = _median(lambda s=settings, n=no_proxy: evaluate(s, n))
         env = workload_env(settings, no_proxy)
         calls = [(c, "http://github.com/") for c in CLIENTS]
-        per_call = _median(lambda e=env, cs=calls: [decide(c, e, u) for c, u in cs]) / len(calls)  # type: ignore[misc]
+        per_call = _median(lambda e=env, cs=calls: [decide(c, e, u) for c, u in cs]) / len(calls)
         print(f"{extra:>13} {len(no_proxy.tokens()):>7} {len(cells):>6} {took:>11.3f} {per_call * 1e6:>10.1f}")
     return 0
 
