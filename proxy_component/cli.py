@@ -160,7 +160,7 @@ def _no_proxy(args: argparse.Namespace) -> int:
 
 def _explain(args: argparse.Namespace) -> int:
     from .explain import destinations, evaluate, warnings, workload_env
-    from .render.runtimes import java_tool_options, python_no_proxy
+    from .render.runtimes import NO_PROXY_PYTHON, java_tool_options, python_no_proxy
 
     settings = _load(args.config)
     no_proxy = settings.no_proxy()
@@ -176,7 +176,7 @@ def _explain(args: argparse.Namespace) -> int:
     for line in no_proxy.explain():
         print(line)
     print()
-    print(f"{NO_PROXY_PYTHON_KEY} (Python workloads): {python_no_proxy(no_proxy)}")
+    print(f"{NO_PROXY_PYTHON} (Python workloads): {python_no_proxy(no_proxy)}")
     env = workload_env(settings, no_proxy)
     java = java_tool_options(settings.http_proxy, settings.https_proxy, no_proxy)
     if "JAVA_TOOL_OPTIONS" in env:
@@ -194,9 +194,6 @@ def _explain(args: argparse.Namespace) -> int:
     return 0
 
 
-NO_PROXY_PYTHON_KEY = "NO_PROXY_PYTHON"
-
-
 def _print_table(cells: Sequence[Any], labels: dict[str, str]) -> None:
     """Rows are destinations, columns clients; a cell that differs from the intent is red, with its note's number."""
     from rich.console import Console
@@ -205,7 +202,7 @@ def _print_table(cells: Sequence[Any], labels: dict[str, str]) -> None:
 
     clients = list(dict.fromkeys(cell.client for cell in cells))
     notes = list(dict.fromkeys(cell.warning for cell in cells if cell.warning))
-    table = Table(title="What each client does (direct / proxy / error); red: not what is intended, see [n]")
+    table = Table(title="What each client does (direct / proxy / error); red: not what is intended, see \\[n]")
     table.add_column("destination", no_wrap=True)
     table.add_column("intended", min_width=8)
     for client_id in clients:

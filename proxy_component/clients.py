@@ -19,7 +19,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit
 
@@ -31,7 +31,6 @@ __all__ = [
     "Target",
     "client",
     "decide",
-    "error_reason",
     "java_properties",
     "matched_entry",
 ]
@@ -138,7 +137,6 @@ class Client:
     tokens: Callable[[str], list[str]] | None = None
     matcher: Matcher | None = None
     decider: Callable[[Mapping[str, str], Target], Decision] | None = None
-    notes: tuple[str, ...] = field(default=())
 
     def entries(self, value: str) -> list[str]:
         if self.tokens is not None:
@@ -179,9 +177,7 @@ def _name_match(c: Client, entry: str, host: str) -> bool:
     if entry.startswith("*."):
         if c.star_dot == "domain":
             return host == entry[2:] or host.endswith(entry[1:])
-        if c.star_dot == "suffix":
-            return host.endswith(entry[1:])
-        if c.star_dot == "strip":
+        if c.star_dot in ("suffix", "strip"):
             return host.endswith(entry[1:])
         return host == entry
     if entry.startswith("*") and c.star_dot == "strip":
@@ -574,13 +570,6 @@ def client(client_id: str) -> Client:
 
 
 def _read(env: Mapping[str, str], names: tuple[str, ...], pick: str) -> str:
-    if pick == "environ":
-        wanted = {n.lower() for n in names}
-        found = ""
-        for key, value in env.items():
-            if key.lower() in wanted and key.lower() == names[0].lower():
-                found = value
-        return found
     for name in names:
         if name in env and (pick == "set" or env[name]):
             return env[name]
@@ -606,6 +595,11 @@ def _environ_last(env: Mapping[str, str], name: str) -> str:
     return found
 
 
+def _no_proxy_value(c: Client, env: Mapping[str, str]) -> str:
+    """The NO_PROXY value `c` reads: its winning spelling, or npm's later one in the environment."""
+    return _environ_last(env, "no_proxy") if c.pick == "environ" else _read(env, c.no_proxy_vars, c.pick)
+
+
 def decide(c: Client | str, env: Mapping[str, str], url: str | Target) -> Decision:
     """What client `c` does with `url` in a workload whose environment is `env`."""
     c = client(c) if isinstance(c, str) else c
@@ -616,11 +610,10 @@ def decide(c: Client | str, env: Mapping[str, str], url: str | Target) -> Decisi
         return "bypass"
     if not _proxy_url(c, env, t.scheme):
         return "bypass"
-    if c.loopback == "go" and (t.host == "localhost" or (t.ip is not None and t.ip.is_loopback)):
+    # Go special-cases localhost and loopback IPs; Ruby resolves the name (only localhost resolves to loopback).
+    if c.loopback != "none" and (t.host == "localhost" or (t.ip is not None and t.ip.is_loopback)):
         return "bypass"
-    if c.loopback == "resolve" and (t.host == "localhost" or (t.ip is not None and t.ip.is_loopback)):
-        return "bypass"
-    value = _environ_last(env, "no_proxy") if c.pick == "environ" else _read(env, c.no_proxy_vars, c.pick)
+    value = _no_proxy_value(c, env)
     entries = c.entries(value)
     if c.raises is not None:
         for entry in entries:
@@ -636,26 +629,13 @@ def decide(c: Client | str, env: Mapping[str, str], url: str | Target) -> Decisi
     return "bypass" if any(match(c, entry, t) for entry in entries) else "proxy"
 
 
-def error_reason(c: Client | str, env: Mapping[str, str]) -> str | None:
-    """Why `c` refuses this environment, when it does (httpx and an IPv6 CIDR)."""
-    c = client(c) if isinstance(c, str) else c
-    if c.raises is None:
-        return None
-    value = _read(env, c.no_proxy_vars, c.pick)
-    for entry in c.entries(value):
-        reason = c.raises(entry.strip())
-        if reason is not None:
-            return reason
-    return None
-
-
 def matched_entry(c: Client | str, env: Mapping[str, str], url: str | Target) -> str | None:
     """The NO_PROXY entry through which `c` bypasses the proxy for `url`, if one does."""
     c = client(c) if isinstance(c, str) else c
     t = url if isinstance(url, Target) else Target.parse(url)
     if c.decider is not None:
         return None
-    value = _environ_last(env, "no_proxy") if c.pick == "environ" else _read(env, c.no_proxy_vars, c.pick)
+    value = _no_proxy_value(c, env)
     match = c.matcher or _generic
     for entry in c.entries(value):
         if match(c, entry, t):

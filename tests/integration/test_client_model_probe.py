@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from proxy_component.clients import decide
-from tests.integration.real_clients import REAL_CLIENTS, decide_many
+from tests.integration.real_clients import REAL_CLIENTS
+from tests.integration.real_clients.compare import mismatches
 from tests.integration.real_clients.probe import (
     JAVA_PATTERNS,
     NO_PROXY_VALUES,
@@ -22,32 +22,22 @@ from tests.integration.real_clients.probe import (
 )
 
 
-def _mismatches(env: dict[str, str], urls: tuple[str, ...], clients: tuple[str, ...]) -> list[str]:
-    real = decide_many(env, urls, clients)
-    return [
-        f"{client:<22} {url:<32} real {real[client][url]:<6} model {decide(client, env, url)}"
-        for client in clients
-        for url in urls
-        if real[client][url] != decide(client, env, url)
-    ]
-
-
 @pytest.mark.parametrize("value", NO_PROXY_VALUES)
 def test_the_model_predicts_each_client_on_one_entry(value: str) -> None:
-    mismatches = _mismatches(probe_env(value), URLS, REAL_CLIENTS)
-    assert not mismatches, f"NO_PROXY={value!r}\n" + "\n".join(mismatches)
+    differ = mismatches(probe_env(value), URLS, REAL_CLIENTS)
+    assert not differ, f"NO_PROXY={value!r}\n" + "\n".join(differ)
 
 
 @pytest.mark.parametrize("case", range(len(PRECEDENCE)), ids=[label for label, _, _ in PRECEDENCE])
 def test_the_model_knows_which_spelling_wins(case: int) -> None:
     _, env, urls = PRECEDENCE[case]
     clients = tuple(c for c in REAL_CLIENTS if c != "java")
-    mismatches = _mismatches(env, urls, clients)
-    assert not mismatches, "\n".join(mismatches)
+    differ = mismatches(env, urls, clients)
+    assert not differ, "\n".join(differ)
 
 
 @pytest.mark.parametrize("pattern", JAVA_PATTERNS)
 def test_the_model_reads_java_non_proxy_hosts(pattern: str) -> None:
     env = {"JAVA_TOOL_OPTIONS": java_options(pattern)}
-    mismatches = _mismatches(env, URLS, ("java",))
-    assert not mismatches, f"-Dhttp.nonProxyHosts={pattern!r}\n" + "\n".join(mismatches)
+    differ = mismatches(env, URLS, ("java",))
+    assert not differ, f"-Dhttp.nonProxyHosts={pattern!r}\n" + "\n".join(differ)

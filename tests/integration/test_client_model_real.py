@@ -18,11 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from proxy_component.clients import CLIENT_IDS, decide
+from proxy_component.clients import CLIENT_IDS
 from proxy_component.explain import destinations, evaluate, workload_env
 from proxy_component.render.runtimes import NO_PROXY_PYTHON
 from proxy_component.settings import NetworkValues, Settings, load_settings, parse_settings
 from tests.integration.real_clients import REAL_CLIENTS, decide_many
+from tests.integration.real_clients.compare import mismatches
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -92,16 +93,6 @@ def _urls(settings: Settings, network: NetworkValues | None) -> list[str]:
     return list(dict.fromkeys([d.url for d in destinations(settings, no_proxy)] + list(EXTRA_URLS)))
 
 
-def _mismatches(env: dict[str, str], urls: list[str], clients: tuple[str, ...]) -> list[str]:
-    real = decide_many(env, urls, clients)
-    return [
-        f"{client:<22} {url:<45} real {real[client][url]:<6} model {decide(client, env, url)}"
-        for client in clients
-        for url in urls
-        if real[client][url] != decide(client, env, url)
-    ]
-
-
 def test_the_real_clients_are_the_modelled_ones() -> None:
     assert set(REAL_CLIENTS) == set(CLIENT_IDS) - {"git", "apt"}
     assert len(REAL_CLIENTS) == 16
@@ -113,8 +104,8 @@ def test_the_model_predicts_every_real_decision(name: str) -> None:
     no_proxy = settings.no_proxy(network)
     env = workload_env(settings, no_proxy)
     urls = _urls(settings, network)
-    mismatches = _mismatches(env, urls, REAL_CLIENTS)
-    assert not mismatches, f"{name}: NO_PROXY={no_proxy}\n" + "\n".join(mismatches)
+    differ = mismatches(env, urls, REAL_CLIENTS)
+    assert not differ, f"{name}: NO_PROXY={no_proxy}\n" + "\n".join(differ)
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
@@ -130,7 +121,7 @@ def test_python_clients_with_no_proxy_python(name: str) -> None:
     urls = _urls(settings, network)
     real = decide_many(python, urls, pythons)
     assert not [(c, u) for c in pythons for u in urls if real[c][u] == "error"]
-    assert not _mismatches(python, urls, pythons)
+    assert not mismatches(python, urls, pythons)
 
 
 def _proxy_config(settings: Settings, network: NetworkValues | None) -> dict[str, str]:
