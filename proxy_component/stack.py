@@ -196,6 +196,18 @@ def component_options(settings: Settings, provider: k8s.Provider | None) -> pulu
 
 
 def main() -> ClusterProxy:
+    """Run the stack; a settings error stops `pulumi up` with the same field-naming message as the command.
+
+    `pulumi.RunError` is the SDK's way to fail a program with a message alone: anything else
+    prints "Program failed with an unhandled exception" and a Python stack trace.
+    """
+    try:
+        return _main()
+    except SettingsError as exc:
+        raise pulumi.RunError(str(exc)) from None
+
+
+def _main() -> ClusterProxy:
     config = pulumi.Config(CONFIG_NAMESPACE)
     settings = settings_from_config(config)
     discover = discover_from_config(config.get_object(DISCOVER_KEY))

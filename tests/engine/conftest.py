@@ -1,0 +1,190 @@
+"""The real Pulumi engine for the engine lane: binaries from scripts/engine, a venv pinned to them, and a
+project runner with a file backend in a temporary directory. Nothing here is mocked or skipped: a missing
+binary or a failed build fails the lane with scripts/engine's own message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CONSTRAINTS = ROOT / "constraints/engine.txt"
+PASSPHRASE = "engine-lane"
+
+
+class EngineError(RuntimeError):
+    """scripts/engine failed; the message is its own (module, version, reason)."""
+
+
+def build_engine(*parts: str) -> Path:
+    """scripts/engine PARTS (default: the CLI, the Python host, the Kubernetes provider): its bin directory."""
+    parts = parts or ("cli", "python", "kubernetes")
+    result = subprocess.run(
+        ["bash", str(ROOT / "scripts/engine"), *parts], capture_output=True, text=True, timeout=5400
+    )
+    if result.returncode != 0:
+        raise EngineError(f"scripts/engine {' '.join(parts)} failed:\n{result.stderr}")
+    return Path(result.stdout.strip().splitlines()[-1])
+
+
+def build_engine_venv() -> Path:
+    """A venv with this checkout (editable) and the SDKs pinned to the built plugins (constraints/engine.txt).
+
+    Kept beside the checkout (.venv-engine) and rebuilt when pyproject.toml or the pins change.
+    """
+    venv = ROOT / ".venv-engine"
+    key = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + CONSTRAINTS.read_bytes()).hexdigest()
+    marker = venv / "proxy-component-key"
+    if not (marker.is_file() and marker.read_text() == key):
+        shutil.rmtree(venv, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+        pip = [str(venv / "bin/python"), "-m", "pip", "install", "-q"]
+        result = subprocess.run(
+            [*pip, "-c", str(CONSTRAINTS), "-e", f"{ROOT}[check]", "pulumi", "pulumi-kubernetes"],
+            capture_output=True, text=True, timeout=1200,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        marker.write_text(key)
+    return venv
+
+
+@pytest.fixture(scope="session")
+def engine() -> Path:
+    """The bin directory with the CLI, the Python host and the Kubernetes provider (a warm cache builds nothing)."""
+    try:
+        path = build_engine()
+    except EngineError as exc:
+        pytest.fail(str(exc))
+    for binary in ("pulumi", "pulumi-language-python", "pulumi-language-python-exec", "pulumi-resource-kubernetes"):
+        assert (path / binary).is_file(), f"scripts/engine did not build {binary} into {path}"
+    return path
+
+
+@pytest.fixture(scope="session")
+def engine_venv() -> Path:
+    return build_engine_venv()
+
+
+class Project:
+    """A Pulumi project copied into a scratch directory, run with the real CLI and a file backend."""
+
+    def __init__(self, source: Path, work: Path, engine: Path, venv: Path, stack: str) -> None:
+        self.dir = work / "project"
+        shutil.copytree(source, self.dir, ignore=shutil.ignore_patterns(".venv*", "venv", "rendered", "__pycache__"))
+        self.stack = stack
+        self.state = work / "state"
+        self.state.mkdir(exist_ok=True)
+        project = yaml.safe_load((self.dir / "Pulumi.yaml").read_text())
+        if project["runtime"] == "python" or project["runtime"].get("name") == "python":
+            project["runtime"] = {"name": "python", "options": {"toolchain": "pip", "virtualenv": str(venv)}}
+            (self.dir / "Pulumi.yaml").write_text(yaml.safe_dump(project, sort_keys=False))
+        self.env = {
+            **os.environ,
+            "PATH": f"{engine}:{venv / 'bin'}:{os.environ['PATH']}",
+            "PULUMI_BACKEND_URL": f"file://{self.state}",
+            "PULUMI_HOME": str(work / "pulumi-home"),
+            "PULUMI_CONFIG_PASSPHRASE": PASSPHRASE,
+            "PULUMI_SKIP_UPDATE_CHECK": "true",
+            "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+            "PULUMI_SKIP_CONFIRMATIONS": "true",
+            "NO_COLOR": "1",
+        }
+        self.env.pop("KUBECONFIG", None)
+
+    def run(self, *args: str, check: bool = True, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+        """`pulumi ARGS --stack STACK --non-interactive` in the project; fail with its output unless told not to."""
+        cmd = ["pulumi", *args, "--non-interactive"]
+        if args[0] != "stack" or args[:2] in (("stack", "export"), ("stack", "output")):
+            cmd += ["--stack", self.stack]
+        result = subprocess.run(cmd, cwd=self.dir, env=self.env, capture_output=True, text=True, timeout=timeout)
+        if check and result.returncode != 0:
+            pytest.fail(f"pulumi {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
+        return result
+
+    def init(self) -> Project:
+        self.run("stack", "init", self.stack)
+        return self
+
+    def config(self, key: str, value: Any, *, secret: bool = False) -> None:
+        """Set one config key: a scalar with `pulumi config set`, a structure in the stack file as a user edits it."""
+        if isinstance(value, str) or not isinstance(value, (dict, list)):
+            args = ["config", "set", key, str(value).lower() if isinstance(value, bool) else str(value)]
+            if secret:
+                args.append("--secret")
+            self.run(*args)
+            return
+        # Structured values: written into the stack file, as a user would edit Pulumi.<stack>.yaml.
+        path = self.stack_file
+        data = yaml.safe_load(path.read_text()) if path.exists() else None
+        data = data or {}
+        data.setdefault("config", {})[key] = value
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+    @property
+    def stack_file(self) -> Path:
+        return self.dir / f"Pulumi.{self.stack}.yaml"
+
+    def up(self, *extra: str) -> subprocess.CompletedProcess[str]:
+        return self.run("up", "--yes", "--skip-preview", *extra)
+
+    def preview_json(self, *extra: str) -> dict[str, Any]:
+        """`pulumi preview --json`: its steps and change summary."""
+        result = self.run("preview", "--json", *extra)
+        data: dict[str, Any] = json.loads(result.stdout)
+        return data
+
+    def export(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(self.run("stack", "export").stdout)
+        return data
+
+    def outputs(self, *, show_secrets: bool = False) -> dict[str, Any]:
+        args = ["stack", "output", "--json"] + (["--show-secrets"] if show_secrets else [])
+        data: dict[str, Any] = json.loads(self.run(*args).stdout)
+        return data
+
+
+def changes(preview: dict[str, Any]) -> dict[str, list[str]]:
+    """Each step's operation -> the logical names it touches, from `pulumi preview --json` (sames left out)."""
+    ops: dict[str, list[str]] = {}
+    for step in preview.get("steps", []):
+        if step["op"] != "same":
+            ops.setdefault(step["op"], []).append(step["urn"].split("::")[-1])
+    return {op: sorted(names) for op, names in ops.items()}
+
+
+def read_rendered(directory: Path) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """Every object pulumi-kubernetes' renderYamlToDirectory wrote, keyed by (kind, namespace, name)."""
+    objects: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for path in sorted(directory.rglob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc:
+                key = (doc["kind"], doc["metadata"].get("namespace", ""), doc["metadata"]["name"])
+                assert key not in objects, f"{key} rendered twice"
+                objects[key] = doc
+    return objects
+
+
+@pytest.fixture
+def project_factory(engine: Path, engine_venv: Path, tmp_path: Path) -> Iterator[Any]:
+    """Project(source, stack) in its own scratch directory."""
+    made: list[Project] = []
+
+    def make(source: Path | str = ".", stack: str = "dev", name: str = "p") -> Project:
+        work = tmp_path / name
+        work.mkdir()
+        project = Project(ROOT / source, work, engine, engine_venv, stack)
+        made.append(project)
+        return project
+
+    yield make

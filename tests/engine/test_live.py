@@ -1,0 +1,167 @@
+"""The stack program under the real engine against the test cluster (pytest -m "engine or cluster"): etcd,
+kube-apiserver, controller-manager and scheduler built from Kubernetes' Go modules with three kwok nodes, all on
+127.0.0.1 (scripts/cluster). `pulumi up`, `refresh`, drift repair, `check` and `destroy`, then adopting
+objects made beforehand with kubectl: by `adoptExisting` and by the README's `pulumi import` commands.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from .conftest import ROOT, Project, changes
+
+pytestmark = [pytest.mark.engine, pytest.mark.cluster]
+NS = "proxy-component"
+NODES = 3
+SETTINGS: dict[str, Any] = {
+    "cluster": {
+        "podCidrs": ["10.0.0.0/16", "fd00::/48"],
+        "serviceCidrs": ["10.0.0.0/24"],
+        "nodeCidrs": ["192.0.2.0/24", "2001:db8::/64"],
+        "ipFamily": "dual",
+    },
+    "injection": {"kyverno": True},
+    "helmValuesSecrets": [{"profile": "cert-manager", "namespace": "kube-system"}],
+    "namespaces": ["default", "team-a"],
+}
+
+
+class Cluster:
+    def __init__(self, kubeconfig: Path) -> None:
+        self.kubeconfig = kubeconfig
+
+    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            ["kubectl", "--kubeconfig", str(self.kubeconfig), *args],
+            input=stdin, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        if check:
+            assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
+        return result
+
+    def get(self, *args: str) -> Any:
+        return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
+
+    def exists(self, *args: str) -> bool:
+        return self.kubectl("get", *args, check=False).returncode == 0
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    workdir = tmp_path_factory.mktemp("cluster")
+    env = {**os.environ, "PROXY_COMPONENT_CLUSTER": f"pc-engine-{os.getpid()}", "KWOK_WORKDIR": str(workdir / "kwok")}
+    up = subprocess.run(["bash", str(ROOT / "scripts/cluster"), "up", str(NODES)], capture_output=True, text=True,
+                        env=env, timeout=3000)  # fmt: skip
+    if up.returncode != 0:
+        pytest.fail(f"scripts/cluster up failed: {up.stderr}")
+    try:
+        live = Cluster(Path(up.stdout.strip().splitlines()[-1]))
+        for _ in range(60):
+            if len(live.get("nodes")["items"]) == NODES:
+                break
+            time.sleep(1)
+        live.kubectl("apply", "-f", str(ROOT / "tests/fixtures/crds/kyverno-clusterpolicy-v1.yaml"))
+        live.kubectl("wait", "--for=condition=Established", "crd/clusterpolicies.kyverno.io", "--timeout=60s")
+        live.kubectl("create", "namespace", "team-a")
+        yield live
+    finally:
+        subprocess.run(["bash", str(ROOT / "scripts/cluster"), "down"], env=env, capture_output=True, timeout=300)
+
+
+def stack(project_factory: Any, cluster: Cluster, name: str, settings: dict[str, Any], **provider: Any) -> Project:
+    project: Project = project_factory(".", name, name)
+    (project.dir / "Pulumi.dev.yaml").unlink()
+    project.init()
+    project.config(f"{NS}:kubeconfig", str(cluster.kubeconfig))
+    for key, value in {**settings, **provider}.items():
+        project.config(f"{NS}:{key}", value)
+    return project
+
+
+def check(cluster: Cluster, settings: dict[str, Any], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    path = tmp_path / "check-settings.yaml"
+    path.write_text(yaml.safe_dump(settings))
+    return subprocess.run(
+        [sys.executable, "-m", "proxy_component.cli", "check", str(path), "--kubeconfig", str(cluster.kubeconfig)],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )  # fmt: skip
+
+
+OBJECTS = [
+    ("daemonset", "kube-system", "http-proxy"),
+    ("service", "kube-system", "http-proxy"),
+    ("configmap", "kube-system", "http-proxy-config"),
+    ("configmap", "default", "proxy-config"),
+    ("configmap", "team-a", "proxy-config"),
+    ("secret", "kube-system", "cert-manager-proxy-values"),
+    ("clusterpolicy", "", "proxy-component-inject-proxy-env"),
+]
+
+
+def _present(cluster: Cluster) -> list[tuple[str, str, str]]:
+    return [o for o in OBJECTS if cluster.exists(o[0], o[2], *(["-n", o[1]] if o[1] else []))]
+
+
+def test_up_refresh_drift_check_and_destroy_against_the_test_cluster(
+    project_factory: Any, cluster: Cluster, tmp_path: Path
+) -> None:
+    project = stack(project_factory, cluster, "live", SETTINGS)
+    project.up()
+
+    daemonset = cluster.get("daemonset", "http-proxy", "-n", "kube-system")
+    status = daemonset["status"]
+    assert status["desiredNumberScheduled"] == NODES
+    assert status["numberReady"] == NODES, status
+    pods = cluster.get("pods", "-n", "kube-system", "-l", "app.kubernetes.io/name=http-proxy")["items"]
+    assert sorted(p["spec"]["nodeName"] for p in pods) == sorted(n["metadata"]["name"] for n in cluster.get("nodes")["items"])
+    slices = cluster.get("endpointslices", "-n", "kube-system", "-l", "kubernetes.io/service-name=http-proxy")["items"]
+    ready = [e for s in slices for e in s.get("endpoints") or [] if e["conditions"].get("ready")]
+    assert len(ready) >= NODES, slices
+    assert _present(cluster) == OBJECTS
+    no_proxy = cluster.get("configmap", "proxy-config", "-n", "team-a")["data"]["NO_PROXY"]
+    assert no_proxy == project.outputs()["noProxy"]
+
+    project.run("refresh", "--yes", "--expect-no-changes")
+
+    cluster.kubectl("patch", "configmap", "proxy-config", "-n", "team-a", "--type=merge", "-p", '{"data":{"NO_PROXY":"edited"}}')
+    drift = changes(project.preview_json("--refresh"))
+    assert drift == {"update": ["live-proxy-config-team-a"]}, drift
+    project.up("--refresh")
+    assert cluster.get("configmap", "proxy-config", "-n", "team-a")["data"]["NO_PROXY"] == no_proxy
+    project.run("preview", "--refresh", "--expect-no-changes")
+
+    result = check(cluster, SETTINGS, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+    project.run("destroy", "--yes", "--skip-preview")
+    assert _present(cluster) == []
+
+
+def test_adopt_existing_takes_over_objects_made_with_kubectl(project_factory: Any, cluster: Cluster, tmp_path: Path) -> None:
+    settings = {"cluster": SETTINGS["cluster"], "namespaces": ["default"]}
+    path = tmp_path / "adopt.yaml"
+    path.write_text(yaml.safe_dump(settings))
+    rendered = subprocess.run(
+        [sys.executable, "-m", "proxy_component.cli", "render", str(path)], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    cluster.kubectl("apply", "-f", "-", stdin=rendered.stdout)
+    project = stack(project_factory, cluster, "adopt", settings)
+    plain = project.run("up", "--yes", "--skip-preview", check=False)
+    assert plain.returncode != 0 and "already exists" in plain.stdout + plain.stderr, "the control: without adoptExisting"
+    project.config(f"{NS}:adoptExisting", True)
+    project.up()
+    project.run("preview", "--expect-no-changes")
+    kinds = sorted(r["type"] for r in project.export()["deployment"]["resources"] if r["type"].startswith("kubernetes:core") or r["type"].startswith("kubernetes:apps"))
+    assert kinds == ["kubernetes:apps/v1:DaemonSet", "kubernetes:core/v1:ConfigMap", "kubernetes:core/v1:ConfigMap", "kubernetes:core/v1:Service"]
+    project.run("destroy", "--yes", "--skip-preview")
+    assert not cluster.exists("daemonset", "http-proxy", "-n", "kube-system")
