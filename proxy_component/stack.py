@@ -140,25 +140,36 @@ def _secret_key(key: str) -> pulumi.Output[str] | None:
     return pulumi.Output.secret(raw) if raw else None
 
 
-def _provider(config: pulumi.Config) -> k8s.Provider | None:
-    """An explicit provider when the stack renders to a directory or names a kubeconfig/context.
+def default_provider_name() -> str:
+    """The name Pulumi gives the default Kubernetes provider of this SDK version (e.g. `default_4_32_0`)."""
+    from importlib.metadata import version
 
-    Pulumi.yaml gives these keys an empty default (so no stack must set them): empty means unset.
+    return "default_" + version("pulumi-kubernetes").replace(".", "_").replace("-", "_")
+
+
+def _provider(config: pulumi.Config) -> k8s.Provider:
+    """The stack's one explicit provider, whatever the config: turning a key on or off never moves the objects.
+
+    ConfigMaps and Secrets are mutable through it: otherwise pulumi-kubernetes replaces one whose data changes,
+    which deletes the live object (its name is fixed) and recreates it, on every setting change.
+
+    Pulumi.yaml gives the keys an empty default (so no stack must set them): empty means unset, and the
+    provider then reads the ambient kubeconfig as the default provider would. Stacks made before 0.2 without
+    any of these keys used the default provider: the alias makes this provider that one (for this SDK's
+    version), so on every CLI the objects keep their provider instead of being replaced.
     """
-    render_dir = config.get("renderYamlToDirectory") or None
-    kubeconfig = _secret_key("kubeconfig")
-    context = config.get("context") or None
     adopt = config.get_bool("adoptExisting") or None
-    if render_dir is None and kubeconfig is None and context is None and adopt is None:
-        return None
     return k8s.Provider(
         "cluster",
-        render_yaml_to_directory=render_dir,
-        kubeconfig=kubeconfig,
-        context=context,
+        render_yaml_to_directory=config.get("renderYamlToDirectory") or None,
+        kubeconfig=_secret_key("kubeconfig"),
+        context=config.get("context") or None,
         # Take over objects that already exist (e.g. kube-system/http-proxy from the runbook) instead of failing
         # with AlreadyExists: pulumi-kubernetes >= 4.29 creates with a client-side create unless told to upsert.
         upsert_existing_objects=adopt,
+        enable_config_map_mutable=True,
+        enable_secret_mutable=True,
+        opts=pulumi.ResourceOptions(aliases=[pulumi.Alias(name=default_provider_name())]),
     )
 
 
@@ -169,6 +180,7 @@ def _management_provider(config: pulumi.Config, settings: Settings) -> k8s.Provi
     kubeconfig = _secret_key("managementKubeconfig")
     context = config.get("managementContext") or None
     render_dir = config.get("renderYamlToDirectory") or None
+    management_dir = None
     if kubeconfig is None and context is None:
         if render_dir is None:
             raise SettingsError(
@@ -178,11 +190,18 @@ def _management_provider(config: pulumi.Config, settings: Settings) -> k8s.Provi
                     f"{CONFIG_NAMESPACE}:managementContext, or capi.enabled: false)"
                 ]
             )
-        return k8s.Provider("management", render_yaml_to_directory=f"{render_dir.rstrip('/')}/management")
-    return k8s.Provider("management", kubeconfig=kubeconfig, context=context)
+        management_dir = f"{render_dir.rstrip('/')}/management"
+    return k8s.Provider(
+        "management",
+        render_yaml_to_directory=management_dir,
+        kubeconfig=kubeconfig,
+        context=context,
+        enable_config_map_mutable=True,
+        enable_secret_mutable=True,
+    )
 
 
-def component_options(settings: Settings, provider: k8s.Provider | None) -> pulumi.ResourceOptions:
+def component_options(settings: Settings, provider: k8s.Provider) -> pulumi.ResourceOptions:
     """The component's options: the stack's provider, and an alias for the name it had before 0.2.
 
     The component is named after the stack whatever the settings, so that setting `cluster.name` (which
@@ -192,7 +211,7 @@ def component_options(settings: Settings, provider: k8s.Provider | None) -> pulu
     aliases: list[pulumi.Input[str] | pulumi.Alias] = []
     if settings.cluster.name is not None and settings.cluster.name != pulumi.get_stack():
         aliases.append(pulumi.Alias(name=settings.cluster.name))
-    return pulumi.ResourceOptions(providers=[provider] if provider is not None else None, aliases=aliases or None)
+    return pulumi.ResourceOptions(providers=[provider], aliases=aliases or None)
 
 
 def main() -> ClusterProxy:

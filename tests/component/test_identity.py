@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import pulumi
+import pulumi_kubernetes as k8s
 import pytest
 import yaml
 from pulumi.runtime.config import set_all_config
@@ -75,10 +76,10 @@ def test_a_stack_that_set_cluster_name_keeps_its_objects_through_an_alias(mocked
     from proxy_component.stack import component_options
 
     named = parse_settings({"cluster": {"name": "ipv6-only", "podCidrs": ["10.0.0.0/16"]}})
-    opts = mocked.program(lambda: component_options(named, None))
+    opts = mocked.program(lambda: component_options(named, k8s.Provider("cluster")))
     assert [a.name for a in opts.aliases or [] if isinstance(a, pulumi.Alias)] == ["ipv6-only"]
     unnamed = parse_settings({"cluster": {"podCidrs": ["10.0.0.0/16"]}})
-    assert mocked.program(lambda: component_options(unnamed, None)).aliases is None
+    assert mocked.program(lambda: component_options(unnamed, k8s.Provider("cluster"))).aliases is None
 
 
 def test_capi_from_a_stack_needs_the_management_cluster(mocked: Harness) -> None:
@@ -90,7 +91,8 @@ def test_capi_from_a_stack_needs_the_management_cluster(mocked: Harness) -> None
     try:
         # A RunError: the engine prints its message alone, with no Python stack trace (tests/engine).
         with pytest.raises(
-            pulumi.RunError, match=r"invalid settings:\n  proxy-component:capi: .* \(expected proxy-component:managementKubeconfig"
+            pulumi.RunError,
+            match=r"invalid settings:\n  proxy-component:capi: .* \(expected proxy-component:managementKubeconfig",
         ):
             mocked.program(main)
     finally:

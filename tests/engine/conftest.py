@@ -5,6 +5,7 @@ binary or a failed build fails the lane with scripts/engine's own message.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -81,7 +82,14 @@ class Project:
 
     def __init__(self, source: Path, work: Path, engine: Path, venv: Path, stack: str) -> None:
         self.dir = work / "project"
-        shutil.copytree(source, self.dir, ignore=shutil.ignore_patterns(".venv*", "venv", "rendered", "__pycache__"))
+        if source == ROOT:  # the root project: its program and stacks; the package comes from the venv
+            self.dir.mkdir()
+            for path in [*source.glob("Pulumi*.yaml"), source / "__main__.py"]:
+                shutil.copy(path, self.dir)
+        else:
+            shutil.copytree(
+                source, self.dir, ignore=shutil.ignore_patterns(".venv*", "venv", "rendered", "__pycache__")
+            )
         self.stack = stack
         self.state = work / "state"
         self.state.mkdir(exist_ok=True)
@@ -155,10 +163,11 @@ class Project:
 
 
 def changes(preview: dict[str, Any]) -> dict[str, list[str]]:
-    """Each step's operation -> the logical names it touches, from `pulumi preview --json` (sames left out)."""
+    """Each step's operation -> the logical names it touches, from `pulumi preview --json` (sames and the reads of
+    `--refresh` left out)."""
     ops: dict[str, list[str]] = {}
     for step in preview.get("steps", []):
-        if step["op"] != "same":
+        if step["op"] not in ("same", "refresh"):
             ops.setdefault(step["op"], []).append(step["urn"].split("::")[-1])
     return {op: sorted(names) for op, names in ops.items()}
 
@@ -176,15 +185,44 @@ def read_rendered(directory: Path) -> dict[tuple[str, str, str], dict[str, Any]]
 
 
 @pytest.fixture
-def project_factory(engine: Path, engine_venv: Path, tmp_path: Path) -> Iterator[Any]:
-    """Project(source, stack) in its own scratch directory."""
-    made: list[Project] = []
+def project_factory(engine: Path, engine_venv: Path, tmp_path: Path) -> Any:
+    """Project(source, stack, name) in its own scratch directory."""
 
     def make(source: Path | str = ".", stack: str = "dev", name: str = "p") -> Project:
         work = tmp_path / name
         work.mkdir()
-        project = Project(ROOT / source, work, engine, engine_venv, stack)
-        made.append(project)
-        return project
+        return Project(ROOT / source, work, engine, engine_venv, stack)
 
-    yield make
+    return make
+
+
+# The layout before the component was named after the stack (it was named after cluster.name), and the one
+# before the stack used one explicit provider always (it used the default provider unless a key named one).
+LAYOUT_NAMED_AFTER_CLUSTER = "a592121"
+LAYOUT_DEFAULT_PROVIDER = "50668ea"
+
+
+@contextlib.contextmanager
+def old_layout(project: Project, commit: str) -> Iterator[None]:
+    """Run the project with the package as it was at `commit`: beside __main__.py, so first on sys.path.
+
+    Its Pulumi.yaml keeps only the config keys that commit declared (the program refuses unknown ones).
+    """
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "proxy_component", "Pulumi.yaml"],
+                             capture_output=True, timeout=60)  # fmt: skip
+    assert archive.returncode == 0, f"this clone lacks commit {commit}: {archive.stderr.decode()}"
+    old = project.dir.parent / f"layout-{commit}"
+    old.mkdir()
+    subprocess.run(["tar", "-x", "-C", str(old)], input=archive.stdout, check=True)
+    current = project.dir / "Pulumi.yaml"
+    saved = current.read_text()
+    then = set(yaml.safe_load((old / "Pulumi.yaml").read_text())["config"])
+    layout = yaml.safe_load(saved)
+    layout["config"] = {key: spec for key, spec in layout["config"].items() if key in then}
+    current.write_text(yaml.safe_dump(layout, sort_keys=False))
+    shutil.move(old / "proxy_component", project.dir / "proxy_component")
+    try:
+        yield
+    finally:
+        shutil.rmtree(project.dir / "proxy_component")
+        current.write_text(saved)

@@ -18,11 +18,14 @@ from typing import Any
 import pytest
 import yaml
 
-from .conftest import ROOT, Project, changes
+from proxy_component.render.kyverno import POLICY_NAME
+
+from .conftest import LAYOUT_DEFAULT_PROVIDER, ROOT, Project, changes, old_layout
 
 pytestmark = [pytest.mark.engine, pytest.mark.cluster]
 NS = "proxy-component"
 NODES = 3
+PROVIDER = "pulumi:providers:kubernetes"
 SETTINGS: dict[str, Any] = {
     "cluster": {
         "podCidrs": ["10.0.0.0/16", "fd00::/48"],
@@ -34,6 +37,36 @@ SETTINGS: dict[str, Any] = {
     "helmValuesSecrets": [{"profile": "cert-manager", "namespace": "kube-system"}],
     "namespaces": ["default", "team-a"],
 }
+
+
+def kyverno_crd() -> dict[str, Any]:
+    """Kyverno's ClusterPolicy CRD, from the trimmed schema in tests/fixtures/crds (made structural)."""
+
+    def structural(node: Any) -> Any:
+        if isinstance(node, dict):
+            out = {k: structural(v) for k, v in node.items() if not (k == "additionalProperties" and v is False)}
+            if out.get("type") == "array" and "items" not in out:  # trimmed away: keep whatever is there
+                out["items"] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+            return out
+        return [structural(v) for v in node] if isinstance(node, list) else node
+
+    schema = structural(yaml.safe_load((ROOT / "tests/fixtures/crds/kyverno-clusterpolicy-v1.yaml").read_text()))
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "clusterpolicies.kyverno.io"},
+        "spec": {
+            "group": "kyverno.io",
+            "scope": "Cluster",
+            "names": {
+                "kind": "ClusterPolicy",
+                "plural": "clusterpolicies",
+                "singular": "clusterpolicy",
+                "listKind": "ClusterPolicyList",
+            },
+            "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": schema}}],
+        },
+    }
 
 
 class Cluster:
@@ -70,8 +103,14 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             if len(live.get("nodes")["items"]) == NODES:
                 break
             time.sleep(1)
-        live.kubectl("apply", "-f", str(ROOT / "tests/fixtures/crds/kyverno-clusterpolicy-v1.yaml"))
-        live.kubectl("wait", "--for=condition=Established", "crd/clusterpolicies.kyverno.io", "--timeout=60s")
+        live.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(kyverno_crd()))
+        for _ in range(120):  # `kubectl wait` fails outright while the CRD has no conditions yet
+            conditions = live.get("crd", "clusterpolicies.kyverno.io").get("status", {}).get("conditions") or []
+            if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail("the ClusterPolicy CRD was not established in 60 s")
         live.kubectl("create", "namespace", "team-a")
         yield live
     finally:
@@ -104,7 +143,7 @@ OBJECTS = [
     ("configmap", "default", "proxy-config"),
     ("configmap", "team-a", "proxy-config"),
     ("secret", "kube-system", "cert-manager-proxy-values"),
-    ("clusterpolicy", "", "proxy-component-inject-proxy-env"),
+    ("clusterpolicy", "", POLICY_NAME),
 ]
 
 
@@ -122,8 +161,10 @@ def test_up_refresh_drift_check_and_destroy_against_the_test_cluster(
     status = daemonset["status"]
     assert status["desiredNumberScheduled"] == NODES
     assert status["numberReady"] == NODES, status
-    pods = cluster.get("pods", "-n", "kube-system", "-l", "app.kubernetes.io/name=http-proxy")["items"]
-    assert sorted(p["spec"]["nodeName"] for p in pods) == sorted(n["metadata"]["name"] for n in cluster.get("nodes")["items"])
+    pods = cluster.get("pods", "-n", "kube-system", "-l", "app=http-proxy")["items"]
+    assert sorted(p["spec"]["nodeName"] for p in pods) == sorted(
+        n["metadata"]["name"] for n in cluster.get("nodes")["items"]
+    )
     slices = cluster.get("endpointslices", "-n", "kube-system", "-l", "kubernetes.io/service-name=http-proxy")["items"]
     ready = [e for s in slices for e in s.get("endpoints") or [] if e["conditions"].get("ready")]
     assert len(ready) >= NODES, slices
@@ -133,7 +174,9 @@ def test_up_refresh_drift_check_and_destroy_against_the_test_cluster(
 
     project.run("refresh", "--yes", "--expect-no-changes")
 
-    cluster.kubectl("patch", "configmap", "proxy-config", "-n", "team-a", "--type=merge", "-p", '{"data":{"NO_PROXY":"edited"}}')
+    cluster.kubectl(
+        "patch", "configmap", "proxy-config", "-n", "team-a", "--type=merge", "-p", '{"data":{"NO_PROXY":"edited"}}'
+    )
     drift = changes(project.preview_json("--refresh"))
     assert drift == {"update": ["live-proxy-config-team-a"]}, drift
     project.up("--refresh")
@@ -147,21 +190,70 @@ def test_up_refresh_drift_check_and_destroy_against_the_test_cluster(
     assert _present(cluster) == []
 
 
-def test_adopt_existing_takes_over_objects_made_with_kubectl(project_factory: Any, cluster: Cluster, tmp_path: Path) -> None:
+def test_adopt_existing_takes_over_objects_made_with_kubectl(
+    project_factory: Any, cluster: Cluster, tmp_path: Path
+) -> None:
     settings = {"cluster": SETTINGS["cluster"], "namespaces": ["default"]}
     path = tmp_path / "adopt.yaml"
     path.write_text(yaml.safe_dump(settings))
     rendered = subprocess.run(
-        [sys.executable, "-m", "proxy_component.cli", "render", str(path)], capture_output=True, text=True, check=True, cwd=ROOT
+        [sys.executable, "-m", "proxy_component.cli", "render", str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
     )
     cluster.kubectl("apply", "-f", "-", stdin=rendered.stdout)
     project = stack(project_factory, cluster, "adopt", settings)
     plain = project.run("up", "--yes", "--skip-preview", check=False)
-    assert plain.returncode != 0 and "already exists" in plain.stdout + plain.stderr, "the control: without adoptExisting"
+    assert plain.returncode != 0, "the control: without adoptExisting the objects are in the way"
+    assert "already exists" in plain.stdout + plain.stderr
     project.config(f"{NS}:adoptExisting", True)
     project.up()
     project.run("preview", "--expect-no-changes")
-    kinds = sorted(r["type"] for r in project.export()["deployment"]["resources"] if r["type"].startswith("kubernetes:core") or r["type"].startswith("kubernetes:apps"))
-    assert kinds == ["kubernetes:apps/v1:DaemonSet", "kubernetes:core/v1:ConfigMap", "kubernetes:core/v1:ConfigMap", "kubernetes:core/v1:Service"]
+    kinds = sorted(
+        r["type"]
+        for r in project.export()["deployment"]["resources"]
+        if r["type"].startswith("kubernetes:core") or r["type"].startswith("kubernetes:apps")
+    )
+    assert kinds == [
+        "kubernetes:apps/v1:DaemonSet",
+        "kubernetes:core/v1:ConfigMap",
+        "kubernetes:core/v1:ConfigMap",
+        "kubernetes:core/v1:Service",
+    ]
     project.run("destroy", "--yes", "--skip-preview")
     assert not cluster.exists("daemonset", "http-proxy", "-n", "kube-system")
+
+
+REPLACING = {"replace", "create-replacement", "delete-replaced", "delete"}
+
+
+def test_a_default_provider_stack_moves_to_the_one_explicit_provider_and_adopt_toggles_replace_nothing(
+    project_factory: Any, cluster: Cluster
+) -> None:
+    """Stacks made by the layout that used the default provider, then adoptExisting on and off: nothing replaced."""
+    settings = {"cluster": SETTINGS["cluster"], "namespaces": ["default"]}
+    project: Project = project_factory(".", "moved", "moved")
+    (project.dir / "Pulumi.dev.yaml").unlink()
+    project.init()
+    for key, value in settings.items():
+        project.config(f"{NS}:{key}", value)
+    project.env["KUBECONFIG"] = str(cluster.kubeconfig)  # the ambient kubeconfig, as the default provider reads it
+    with old_layout(project, LAYOUT_DEFAULT_PROVIDER):
+        project.up()
+    providers = [r["urn"].split("::")[-1] for r in project.export()["deployment"]["resources"] if r["type"] == PROVIDER]
+    assert providers == ["default_4_32_0"], providers
+
+    for adopt in (None, True, False):
+        if adopt is not None:
+            project.config(f"{NS}:adoptExisting", adopt)
+        ops = changes(project.preview_json())
+        assert not REPLACING & ops.keys(), (adopt, ops)
+        assert not ops.get("create"), (adopt, ops)
+        project.up()
+        providers = [
+            r["urn"].split("::")[-1] for r in project.export()["deployment"]["resources"] if r["type"] == PROVIDER
+        ]
+        assert providers == ["cluster"], providers
+    project.run("destroy", "--yes", "--skip-preview")
