@@ -228,6 +228,7 @@ class ClusterProxy(pulumi.ComponentResource):
         extra = pulumi.ResourceOptions(
             depends_on=[self.resources[key] for key in planned.depends_on] or None,
             replace_on_changes=list(planned.replace_on_changes) or None,
+            ignore_changes=list(planned.ignore_changes) or None,
             delete_before_replace=True if planned.replace_on_changes else None,
             provider=management if planned.cluster == "management" and management is not None else None,
         )

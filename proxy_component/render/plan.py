@@ -50,6 +50,7 @@ class Planned:
     cluster: Cluster = "workload"
     depends_on: tuple[str, ...] = ()
     replace_on_changes: tuple[str, ...] = ()
+    ignore_changes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -104,17 +105,32 @@ def check_unique(objects: list[Obj]) -> None:
         seen.add(key)
 
 
+def _unmanaged_service_fields(obj: Obj) -> tuple[str, ...]:
+    """The Service fields the API server fills in and the plan never sets: changes to them are not the plan's.
+
+    A Service taken over with `pulumi import` has them among its inputs (its cluster IPs, the families of a
+    dual-stack cluster), and pulumi-kubernetes would replace the Service to drop them.
+    """
+    allocated = ("spec.clusterIP", "spec.clusterIPs")
+    return allocated if "ipFamilies" in obj["spec"] else (*allocated, "spec.ipFamilies")
+
+
 def plan(settings: Settings, inputs: PlanInputs) -> list[Planned]:
     """Every object for these settings, workload cluster first, then the management cluster's, in a stable order."""
     check_values_secrets(settings)
     planned: list[Planned] = []
     if settings.deployment.enabled:
+        service_obj = service(settings, inputs.ip_fields)
         planned += [
             Planned("config", "-tinyproxy-config", config_object(settings, inputs.conf)),
             Planned("daemonset", "-tinyproxy", daemonset(settings, inputs.digest), depends_on=("config",)),
             # The primary IP family of a Service cannot change in place: the API server refuses the update.
             Planned(
-                "service", "-service", service(settings, inputs.ip_fields), replace_on_changes=("spec.ipFamilies",)
+                "service",
+                "-service",
+                service_obj,
+                replace_on_changes=("spec.ipFamilies",),
+                ignore_changes=_unmanaged_service_fields(service_obj),
             ),
         ]
     for namespace in settings.proxy_config_namespaces:

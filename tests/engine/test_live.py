@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -256,4 +257,52 @@ def test_a_default_provider_stack_moves_to_the_one_explicit_provider_and_adopt_t
             r["urn"].split("::")[-1] for r in project.export()["deployment"]["resources"] if r["type"] == PROVIDER
         ]
         assert providers == ["cluster"], providers
+    project.run("destroy", "--yes", "--skip-preview")
+
+
+def readme_import_commands() -> str:
+    """The README's `pulumi import` block, as written."""
+    text = (ROOT / "README.md").read_text()
+    block = text.split("<!-- import-commands:", 1)[1].split("```sh\n", 1)[1]
+    return block.split("```", 1)[0]
+
+
+def test_the_readme_import_commands_take_over_objects_made_with_kubectl(
+    project_factory: Any, cluster: Cluster, tmp_path: Path
+) -> None:
+    settings = {"cluster": SETTINGS["cluster"], "namespaces": ["default"]}
+    path = tmp_path / "import.yaml"
+    path.write_text(yaml.safe_dump(settings))
+    rendered = subprocess.run(
+        [sys.executable, "-m", "proxy_component.cli", "render", str(path)],
+        capture_output=True, text=True, check=True, cwd=ROOT,
+    )  # fmt: skip
+    cluster.kubectl("apply", "-f", "-", stdin=rendered.stdout)
+    cluster.kubectl("-n", "kube-system", "rollout", "status", "daemonset/http-proxy", "--timeout=60s")
+    generation = cluster.get("daemonset", "http-proxy", "-n", "kube-system")["metadata"]["generation"]
+    pods = {p["metadata"]["uid"] for p in cluster.get("pods", "-n", "kube-system", "-l", "app=http-proxy")["items"]}
+    cluster_ip = cluster.get("service", "http-proxy", "-n", "kube-system")["spec"]["clusterIP"]
+
+    project = stack(project_factory, cluster, "imported", settings)
+    script = tmp_path / "import.sh"
+    script.write_text("set -euo pipefail\n" + readme_import_commands())
+    result = subprocess.run(
+        ["bash", str(script)], cwd=project.dir, env=project.env, capture_output=True, text=True, timeout=900
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = [line for line in result.stdout.splitlines() if re.search(r"\b(replaced|deleted)\b", line)]
+    assert summary == [], summary
+    project.run("preview", "--expect-no-changes")
+    types = sorted(
+        r["type"] for r in project.export()["deployment"]["resources"] if r["type"].startswith("kubernetes:")
+    )
+    assert types == [
+        "kubernetes:apps/v1:DaemonSet",
+        *["kubernetes:core/v1:ConfigMap"] * 2,
+        "kubernetes:core/v1:Service",
+    ]
+    assert cluster.get("daemonset", "http-proxy", "-n", "kube-system")["metadata"]["generation"] == generation
+    after = {p["metadata"]["uid"] for p in cluster.get("pods", "-n", "kube-system", "-l", "app=http-proxy")["items"]}
+    assert after == pods, "the pods were not rolled"
+    assert cluster.get("service", "http-proxy", "-n", "kube-system")["spec"]["clusterIP"] == cluster_ip
     project.run("destroy", "--yes", "--skip-preview")
