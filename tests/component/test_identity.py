@@ -90,7 +90,8 @@ def test_capi_from_a_stack_needs_the_management_cluster(mocked: Harness) -> None
     try:
         # A RunError: the engine prints its message alone, with no Python stack trace (tests/engine).
         with pytest.raises(
-            pulumi.RunError, match=r"invalid settings:\n  proxy-component:capi: .* \(expected proxy-component:managementKubeconfig"
+            pulumi.RunError,
+            match=r"invalid settings:\n  proxy-component:capi: .* \(expected proxy-component:managementKubeconfig",
         ):
             mocked.program(main)
     finally:

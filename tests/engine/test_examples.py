@@ -26,7 +26,9 @@ current-context: none
 """
 CLOUD = {"examples/aks", "examples/eks", "examples/gke", "examples/stack-per-cluster"}
 EXAMPLES = sorted(
-    str(p.parent.relative_to(ROOT)) for p in ROOT.glob("examples/*/Pulumi.yaml") if str(p.parent.relative_to(ROOT)) not in CLOUD
+    str(p.parent.relative_to(ROOT))
+    for p in ROOT.glob("examples/*/Pulumi.yaml")
+    if str(p.parent.relative_to(ROOT)) not in CLOUD
 )
 
 

@@ -123,7 +123,9 @@ def test_up_refresh_drift_check_and_destroy_against_the_test_cluster(
     assert status["desiredNumberScheduled"] == NODES
     assert status["numberReady"] == NODES, status
     pods = cluster.get("pods", "-n", "kube-system", "-l", "app.kubernetes.io/name=http-proxy")["items"]
-    assert sorted(p["spec"]["nodeName"] for p in pods) == sorted(n["metadata"]["name"] for n in cluster.get("nodes")["items"])
+    assert sorted(p["spec"]["nodeName"] for p in pods) == sorted(
+        n["metadata"]["name"] for n in cluster.get("nodes")["items"]
+    )
     slices = cluster.get("endpointslices", "-n", "kube-system", "-l", "kubernetes.io/service-name=http-proxy")["items"]
     ready = [e for s in slices for e in s.get("endpoints") or [] if e["conditions"].get("ready")]
     assert len(ready) >= NODES, slices
@@ -133,7 +135,9 @@ def test_up_refresh_drift_check_and_destroy_against_the_test_cluster(
 
     project.run("refresh", "--yes", "--expect-no-changes")
 
-    cluster.kubectl("patch", "configmap", "proxy-config", "-n", "team-a", "--type=merge", "-p", '{"data":{"NO_PROXY":"edited"}}')
+    cluster.kubectl(
+        "patch", "configmap", "proxy-config", "-n", "team-a", "--type=merge", "-p", '{"data":{"NO_PROXY":"edited"}}'
+    )
     drift = changes(project.preview_json("--refresh"))
     assert drift == {"update": ["live-proxy-config-team-a"]}, drift
     project.up("--refresh")
@@ -147,21 +151,38 @@ def test_up_refresh_drift_check_and_destroy_against_the_test_cluster(
     assert _present(cluster) == []
 
 
-def test_adopt_existing_takes_over_objects_made_with_kubectl(project_factory: Any, cluster: Cluster, tmp_path: Path) -> None:
+def test_adopt_existing_takes_over_objects_made_with_kubectl(
+    project_factory: Any, cluster: Cluster, tmp_path: Path
+) -> None:
     settings = {"cluster": SETTINGS["cluster"], "namespaces": ["default"]}
     path = tmp_path / "adopt.yaml"
     path.write_text(yaml.safe_dump(settings))
     rendered = subprocess.run(
-        [sys.executable, "-m", "proxy_component.cli", "render", str(path)], capture_output=True, text=True, check=True, cwd=ROOT
+        [sys.executable, "-m", "proxy_component.cli", "render", str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
     )
     cluster.kubectl("apply", "-f", "-", stdin=rendered.stdout)
     project = stack(project_factory, cluster, "adopt", settings)
     plain = project.run("up", "--yes", "--skip-preview", check=False)
-    assert plain.returncode != 0 and "already exists" in plain.stdout + plain.stderr, "the control: without adoptExisting"
+    assert plain.returncode != 0 and "already exists" in plain.stdout + plain.stderr, (
+        "the control: without adoptExisting"
+    )
     project.config(f"{NS}:adoptExisting", True)
     project.up()
     project.run("preview", "--expect-no-changes")
-    kinds = sorted(r["type"] for r in project.export()["deployment"]["resources"] if r["type"].startswith("kubernetes:core") or r["type"].startswith("kubernetes:apps"))
-    assert kinds == ["kubernetes:apps/v1:DaemonSet", "kubernetes:core/v1:ConfigMap", "kubernetes:core/v1:ConfigMap", "kubernetes:core/v1:Service"]
+    kinds = sorted(
+        r["type"]
+        for r in project.export()["deployment"]["resources"]
+        if r["type"].startswith("kubernetes:core") or r["type"].startswith("kubernetes:apps")
+    )
+    assert kinds == [
+        "kubernetes:apps/v1:DaemonSet",
+        "kubernetes:core/v1:ConfigMap",
+        "kubernetes:core/v1:ConfigMap",
+        "kubernetes:core/v1:Service",
+    ]
     project.run("destroy", "--yes", "--skip-preview")
     assert not cluster.exists("daemonset", "http-proxy", "-n", "kube-system")

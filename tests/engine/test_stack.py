@@ -200,7 +200,9 @@ def test_a_password_change_touches_only_secrets_and_the_digest(project_factory: 
 
 def _diff_paths(a: Any, b: Any, at: str = "") -> list[str]:
     if isinstance(a, dict) and isinstance(b, dict):
-        return [p for k in sorted(a.keys() | b.keys()) for p in _diff_paths(a.get(k), b.get(k), f"{at}.{k}" if at else k)]
+        return [
+            p for k in sorted(a.keys() | b.keys()) for p in _diff_paths(a.get(k), b.get(k), f"{at}.{k}" if at else k)
+        ]
     return [] if a == b else [at]
 
 
