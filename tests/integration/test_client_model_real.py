@@ -2,7 +2,7 @@
 
 For each example (the two YAML examples and the clusters the stack-per-cluster
 examples discover), the environment workloads get (`explain.workload_env`: both
-spellings, NODE_USE_ENV_PROXY, JAVA_TOOL_OPTIONS) is handed to the 16 real
+spellings, with the java and node runtimes: NODE_USE_ENV_PROXY, JDK_JAVA_OPTIONS) is handed to the 16 real
 clients of `tests/integration/real_clients` (curl, wget, Python urllib, requests,
 httpx, aiohttp, Go, Ruby, proxy-from-env 1 and 2, undici 7 and 8, npm's agent,
 Node 24 http and fetch, Java's ProxySelector) on the representative destinations
@@ -38,7 +38,7 @@ def test_the_real_clients_are_the_modelled_ones() -> None:
 def test_the_model_predicts_every_real_decision(name: str) -> None:
     settings, network = example(name)
     no_proxy = settings.no_proxy(network)
-    env = workload_env(settings, no_proxy)
+    env = workload_env(settings, no_proxy, {"java", "node"})
     urls = _urls(settings, network)
     differ = mismatches(env, urls, REAL_CLIENTS)
     assert not differ, f"{name}: NO_PROXY={no_proxy}\n" + "\n".join(differ)
@@ -49,10 +49,9 @@ def test_python_clients_with_no_proxy_python(name: str) -> None:
     """NO_PROXY_PYTHON in both spellings: no Python client errors, and the model still predicts each decision."""
     settings, network = example(name)
     no_proxy = settings.no_proxy(network)
-    env = workload_env(settings, no_proxy)
-    python = dict(env)
+    python = workload_env(settings, no_proxy, {"python"})
     python_value = next(v for k, v in _proxy_config(settings, network).items() if k == NO_PROXY_PYTHON)
-    python["NO_PROXY"] = python["no_proxy"] = python_value
+    assert python["NO_PROXY"] == python["no_proxy"] == python_value
     pythons = tuple(c for c in REAL_CLIENTS if c.startswith("python-"))
     urls = _urls(settings, network)
     real = decide_many(python, urls, pythons)
@@ -84,15 +83,16 @@ def test_every_cell_that_misses_its_intent_is_explained(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", ["corporate-proxy", "eks-prod", "gke-prod", "aks-prod"])
-def test_a_real_jvm_with_the_rendered_java_tool_options_does_what_is_intended(name: str) -> None:
-    """IPv4 clusters: the JVM, configured only by JAVA_TOOL_OPTIONS, bypasses every in-cluster destination it
+def test_a_real_jvm_with_the_rendered_jdk_java_options_does_what_is_intended(name: str) -> None:
+    """IPv4 clusters: the JVM, configured only by JDK_JAVA_OPTIONS, bypasses every in-cluster destination it
     can be told about (names, the octet prefixes of the IPv4 CIDRs) and proxies the external hosts."""
     from proxy_component.explain import intent
 
     settings, network = example(name)
     no_proxy = settings.no_proxy(network)
-    env = workload_env(settings, no_proxy)
-    assert "-Dhttp.nonProxyHosts=" in env["JAVA_TOOL_OPTIONS"]
+    env = workload_env(settings, no_proxy, {"java"})
+    assert "-Dhttp.nonProxyHosts=" in env["JDK_JAVA_OPTIONS"]
+    assert "JAVA_TOOL_OPTIONS" not in env
     short = {"http://my-svc/", *(f"http://my-svc.{ns}/" for ns in ("default", *settings.namespaces))}
     urls = [u for u in _urls(settings, network) if u not in short]
     real = decide_many(env, urls, ("java",))["java"]
