@@ -143,7 +143,9 @@ def main() -> None:
         print(json.dumps({"repeat": args.repeat, "rows": rows}, indent=2))
         return
     print(f"pulumi preview / up, median of {args.repeat} fresh stacks each (seconds)\n")
-    print("| namespaces | objects | preview component | preview baseline | ratio | up component | up baseline | ratio |")
+    print(
+        "| namespaces | objects | preview component | preview baseline | ratio | up component | up baseline | ratio |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         c, b, q = r["component"], r["baseline"], r["ratio"]

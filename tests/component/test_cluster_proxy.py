@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 import pulumi
-import pulumi_kubernetes as k8s
 import pytest
 
-from proxy_component import ClusterNetwork, ClusterProxy, ClusterProxyArgs, SettingsError
+from proxy_component import ClusterNetwork, ClusterProxy, ClusterProxyArgs
 from proxy_component.render.proxy import CONFIG_HASH_ANNOTATION
-from tests.conftest import ROOT, Harness, holds_secret
+from tests.conftest import ROOT, Harness
 
 COMPONENT = "proxy-component:index:ClusterProxy"
 CONFIG_MAP = "kubernetes:core/v1:ConfigMap"

@@ -114,10 +114,8 @@ def test_workloads_after_the_transform_pass_kubernetes_validate(
     else:
         spec = {**spec, "jobTemplate": {"spec": {"template": template}}}
     obj = {"apiVersion": api_version, "kind": kind, "metadata": {"name": "w", "namespace": "apps"}, "spec": spec}
-    values = plain_values(PLAIN)
-    env = [{"name": n, "value": v} for n, v in (("HTTP_PROXY", values.http_proxy), ("NO_PROXY", values.no_proxy))]
     token = f"kubernetes:{api_version}:{kind}"
-    result = proxy_env_transform(PLAIN, env)(
+    result = proxy_env_transform(PLAIN, plain_values(PLAIN))(
         pulumi.ResourceTransformArgs(custom=True, type_=token, name="w", props=obj, opts=pulumi.ResourceOptions())
     )
     assert result is not None

@@ -73,6 +73,7 @@ def _transform(settings: Settings, container: dict[str, Any], annotations: dict[
     )
     result = proxy_env_transform(settings, plain_values(settings))(args)
     assert result is not None
+    assert isinstance(result.props, dict)
     out: dict[str, Any] = result.props["spec"]["template"]["spec"]["containers"][0]
     return out
 
@@ -112,7 +113,8 @@ def test_real_httpx_starts_with_what_every_consumer_injects_by_default(name: str
     InvalidURL. Now no_proxy, which every Python client reads first, carries the Python-safe list."""
     settings = DUAL_STACK if name == "dual-stack" else example("ipv6-only")[0]
     no_proxy = str(settings.no_proxy())
-    assert "/" in no_proxy and "[" in no_proxy, "the cluster must have what httpx refuses in NO_PROXY"
+    assert "/" in no_proxy, "the cluster must have what httpx refuses in NO_PROXY: an IPv6 CIDR"
+    assert "[" in no_proxy, "and a bracketed address"
     envs = _consumer_envs(settings, {})
     shown = {json.dumps({k: v for k, v in e.items() if k != "NO_PROXY_PYTHON"}, sort_keys=True) for e in envs.values()}
     assert len(shown) == 1, envs  # proxy-config holds NO_PROXY_PYTHON besides
@@ -139,7 +141,8 @@ def test_by_default_a_real_jvm_and_node_send_short_names_directly() -> None:
     settings = example("corporate-proxy")[0]
     envs = _consumer_envs(settings, {})
     for consumer, env in envs.items():
-        assert "NODE_USE_ENV_PROXY" not in env and "JDK_JAVA_OPTIONS" not in env, consumer
+        assert "NODE_USE_ENV_PROXY" not in env, consumer
+        assert "JDK_JAVA_OPTIONS" not in env, consumer
         assert "JAVA_TOOL_OPTIONS" not in env, consumer
     short = ["http://my-svc:8080/", "http://my-svc.default:8080/"]
     real = decide_many(envs["transform"], short, ["java", "node-http", "node-fetch"])

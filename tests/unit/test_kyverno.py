@@ -73,7 +73,8 @@ _OPTIONS = jmespath.Options(custom_functions=_KyvernoFunctions())
 
 def _holds(condition: dict[str, Any], context: dict[str, Any]) -> bool:
     key = condition["key"]
-    assert key.startswith("{{ ") and key.endswith(" }}"), key
+    assert key.startswith("{{ "), key
+    assert key.endswith(" }}"), key
     value = jmespath.search(key[3:-3], context, options=_OPTIONS)
     assert condition["operator"] in ("Equals", "GreaterThanOrEquals")
     if condition["operator"] == "GreaterThanOrEquals":
@@ -151,17 +152,17 @@ def test_the_policy_gives_each_container_what_the_one_decision_gives(runtimes: d
     policy = cluster_policy(settings, values)
     checked = 0
     for namespace in ("default", "apps", "web", "legacy"):
-        for annotations in ANNOTATIONS:
-            pod = {"metadata": {"annotations": annotations} if annotations else {}, "spec": {"containers": CONTAINERS}}
+        for annotated in ANNOTATIONS:
+            pod = {"metadata": {"annotations": annotated} if annotated else {}, "spec": {"containers": CONTAINERS}}
             admitted = _admit(policy, pod, namespace, refresh)
-            selection = settings.runtimes.select(namespace, annotations)
+            selection = settings.runtimes.select(namespace, annotated)
             entries = pod_env(settings, values.select(selection))
             for before, after in zip(CONTAINERS, admitted["spec"]["containers"], strict=True):
                 expected = [*before.get("env", []), *additions(before, entries)]
                 got = after.get("env", [])
                 by_name = {e["name"]: e for e in got}  # the policy adds the runtime variables first: order aside
-                assert len(by_name) == len(got) == len(expected), (namespace, annotations, before["name"])
-                assert by_name == {e["name"]: e for e in expected}, (namespace, annotations, before["name"])
+                assert len(by_name) == len(got) == len(expected), (namespace, annotated, before["name"])
+                assert by_name == {e["name"]: e for e in expected}, (namespace, annotated, before["name"])
                 checked += 1
     assert checked == 4 * len(ANNOTATIONS) * len(CONTAINERS)
 
