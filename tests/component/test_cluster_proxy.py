@@ -230,3 +230,16 @@ def test_without_a_family_the_service_follows_the_discovered_ranges(
     spec = mocked.one(SERVICE, "egress-service").inputs["spec"]
     assert spec["ipFamilyPolicy"] == policy
     assert spec.get("ipFamilies") == families
+
+
+def test_helm_values_and_kustomization_for_a_runtime_selection(mocked: Harness) -> None:
+    proxy = ClusterProxy("egress", ClusterProxyArgs(settings=IPV6_ONLY))
+    default = [e["name"] for e in mocked.value(proxy.helm_values["env"])["env"]]
+    java = {e["name"]: e["value"] for e in mocked.value(proxy.helm_values_for("env", "java,python"))["env"]}
+    assert "JDK_JAVA_OPTIONS" not in default
+    assert java["JDK_JAVA_OPTIONS"] == mocked.value(proxy.jdk_java_options)
+    assert java["NO_PROXY"] == java["no_proxy"] == mocked.value(proxy.no_proxy_python)
+    patch = mocked.value(proxy.kustomization(kind="Deployment", name="web", runtimes="node"))
+    assert '"NODE_USE_ENV_PROXY"' in patch["patches"][0]["patch"]
+    with pytest.raises(ValueError, match="runtimes: 'jvm' is not a list of runtimes"):
+        proxy.kustomization(kind="Deployment", name="web", runtimes="jvm")
