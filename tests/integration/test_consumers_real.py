@@ -18,6 +18,7 @@ from jsonschema import Draft7Validator
 from proxy_component.render import capi_manifests, capi_patches, manifests, plain_values
 from proxy_component.render.kustomize import json_patch, kustomization
 from proxy_component.render.kyverno import cluster_policy
+from proxy_component.render.runtimes import python_no_proxy
 from proxy_component.settings import Settings, parse_settings
 from proxy_component.transform import proxy_env_transform
 from tests.conftest import ROOT, SEEDS
@@ -178,5 +179,6 @@ def test_kubectl_kustomize_applies_the_strategic_merge_patch_by_container_name(t
     # The sidecar is not container 0 and has no env at all: the JSON patch could not reach it.
     built = _kustomize(tmp_path, PLAIN, container="sidecar")
     env = _env_of(built, "sidecar")
-    assert env["NO_PROXY"] == env["no_proxy"] == str(PLAIN.no_proxy())
+    assert env["NO_PROXY"] == str(PLAIN.no_proxy())
+    assert env["no_proxy"] == python_no_proxy(PLAIN.no_proxy())
     assert _env_of(built, "my-app") == {"OTHER": "x"}
