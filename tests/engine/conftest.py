@@ -11,7 +11,6 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -176,7 +175,7 @@ def read_rendered(directory: Path) -> dict[tuple[str, str, str], dict[str, Any]]
 
 
 @pytest.fixture
-def project_factory(engine: Path, engine_venv: Path, tmp_path: Path) -> Iterator[Any]:
+def project_factory(engine: Path, engine_venv: Path, tmp_path: Path) -> Any:
     """Project(source, stack) in its own scratch directory."""
     made: list[Project] = []
 
@@ -187,4 +186,4 @@ def project_factory(engine: Path, engine_venv: Path, tmp_path: Path) -> Iterator
         made.append(project)
         return project
 
-    yield make
+    return make

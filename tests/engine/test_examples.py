@@ -64,7 +64,8 @@ def test_the_stack_transform_injects_into_a_real_helm_v4_chart(project_factory: 
 
     def container_env(kind: str, name: str, field: str = "containers") -> list[dict[str, Any]]:
         obj = objects[(kind, "apps", name)]
-        return [c.get("env", []) for c in obj["spec"]["template"]["spec"][field]][0]
+        env: list[dict[str, Any]] = next(c.get("env", []) for c in obj["spec"]["template"]["spec"][field])
+        return env
 
     app = container_env("Deployment", "demo-app")
     assert app[0] == {"name": "LOG_LEVEL", "value": "info"}, "the chart's own env stays first"

@@ -167,9 +167,8 @@ def test_adopt_existing_takes_over_objects_made_with_kubectl(
     cluster.kubectl("apply", "-f", "-", stdin=rendered.stdout)
     project = stack(project_factory, cluster, "adopt", settings)
     plain = project.run("up", "--yes", "--skip-preview", check=False)
-    assert plain.returncode != 0 and "already exists" in plain.stdout + plain.stderr, (
-        "the control: without adoptExisting"
-    )
+    assert plain.returncode != 0, "the control: without adoptExisting"
+    assert "already exists" in plain.stdout + plain.stderr, "the control: without adoptExisting"
     project.config(f"{NS}:adoptExisting", True)
     project.up()
     project.run("preview", "--expect-no-changes")
