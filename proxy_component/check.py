@@ -18,9 +18,17 @@ from urllib.parse import urlsplit
 
 from .noproxy import Kind, NoProxy
 from .render import plain_values
-from .render.env import CONFIG_NAME, ENV_NAMES, proxy_config_object
+from .render.env import (
+    CONFIG_NAME,
+    ENV_NAMES,
+    RUNTIME_VARIABLES,
+    ProxyValues,
+    env_pairs,
+    proxy_config_object,
+    reads_proxy_config,
+)
 from .render.proxy import APP_LABEL, CONTROL_PLANE_LABEL
-from .settings import Settings
+from .settings import RUNTIMES, Settings
 
 __all__ = ["CheckError", "Finding", "check_cluster", "connect"]
 
@@ -300,7 +308,7 @@ def _namespaces(settings: Settings, cluster: Cluster) -> Iterator[Finding]:
                 "proxy-config-differs", name, "warning",
                 f"differs from the settings in {', '.join(differing)}: edited by hand, or the stack is not applied",
             )  # fmt: skip
-    yield from _workloads(settings, cluster, listed, values.no_proxy)
+    yield from _workloads(settings, cluster, listed, values)
 
 
 _KINDS = (
@@ -318,7 +326,7 @@ def _pod_template(kind: str, obj: Any) -> Any:
     return obj.spec.template
 
 
-def _workloads(settings: Settings, cluster: Cluster, namespaces: set[str], no_proxy: str) -> Iterator[Finding]:
+def _workloads(settings: Settings, cluster: Cluster, namespaces: set[str], values: ProxyValues) -> Iterator[Finding]:
     opt_out = settings.injection.opt_out_annotation
     for kind, group, method in _KINDS:
         for obj in cluster.list(getattr(getattr(cluster, group), method)):
@@ -331,29 +339,53 @@ def _workloads(settings: Settings, cluster: Cluster, namespaces: set[str], no_pr
                 continue
             if obj.metadata.owner_references and kind == "Job":
                 continue  # a CronJob's Job: the CronJob is reported
+            name = f"{kind} {ns}/{obj.metadata.name}"
+            try:
+                selection = settings.runtimes.select(ns, annotations)
+            except ValueError as exc:
+                yield Finding("workload-runtimes", name, "warning", f"{exc}: treated as no runtime")
+                selection = frozenset()
+            expected = dict(env_pairs(values.select(selection)))
+            ours = dict(env_pairs(values.select(RUNTIMES)))
             spec = template.spec
             for container in [*(spec.init_containers or []), *(spec.containers or [])]:
-                problem = _container_problem(container, no_proxy)
+                problem = _container_problem(_as_dict(container), expected, ours)
                 if problem:
-                    yield Finding(
-                        "workload-env", f"{kind} {ns}/{obj.metadata.name}", "warning",
-                        f"container {container.name}: {problem}",
-                    )  # fmt: skip
+                    yield Finding("workload-env", name, "warning", f"container {container.name}: {problem}")
 
 
-def _container_problem(container: Any, no_proxy: str) -> str:
-    sources = [s for s in container.env_from or []]
-    from_config = any(
-        (s.config_map_ref and s.config_map_ref.name == CONFIG_NAME)
-        or (s.secret_ref and s.secret_ref.name == CONFIG_NAME)
-        for s in sources
-    )
-    env = {e.name: e for e in container.env or []}
-    if not from_config and not all(name in env for name in ENV_NAMES):
-        missing = [name for name in ENV_NAMES if name not in env]
+def _as_dict(container: Any) -> dict[str, Any]:
+    """The parts of a client-library container that the injection decision reads, as the API writes them."""
+    env_from = []
+    for source in container.env_from or []:
+        entry: dict[str, Any] = {}
+        if source.config_map_ref is not None:
+            entry["configMapRef"] = {"name": source.config_map_ref.name}
+        if source.secret_ref is not None:
+            entry["secretRef"] = {"name": source.secret_ref.name}
+        env_from.append(entry)
+    env = [{"name": e.name, "value": e.value, "literal": e.value_from is None} for e in container.env or []]
+    return {"env": env, "envFrom": env_from}
+
+
+def _container_problem(container: dict[str, Any], expected: dict[str, Any], ours: dict[str, Any]) -> str:
+    """What differs from what `render.env.additions` gives this container for its selection."""
+    if reads_proxy_config(container):
+        return ""  # the namespace's proxy-config, checked on its own
+    env = {e["name"]: e for e in container["env"]}
+    missing = [name for name in ENV_NAMES if name not in env]
+    if missing:
         return f"lacks the proxy env ({', '.join(missing)}; expected envFrom {CONFIG_NAME} or the variables)"
     for name in ("NO_PROXY", "no_proxy"):
-        var = env.get(name)
-        if var is not None and var.value is not None and var.value != no_proxy:
-            return f"{name} is stale (differs from the composed NO_PROXY)"
+        var = env[name]
+        if var["literal"] and var["value"] != expected[name]:
+            return f"{name} is stale (differs from the composed NO_PROXY for its runtimes)"
+    for runtime, variable in RUNTIME_VARIABLES.items():
+        if variable in expected and variable not in env:
+            return f"its runtimes select {runtime} but it lacks {variable} (recreate its pods, or it set a proxy name)"
+        if variable not in expected and variable in env and env[variable]["value"] == ours.get(variable):
+            return (
+                f"has proxy-component's {variable} but its runtimes do not select {runtime}: injected before "
+                "runtimes were opt-in (recreate its pods, or select the runtime)"
+            )
     return ""

@@ -17,7 +17,7 @@ from .render import capi_manifests, capi_patches, manifests, plain_values
 from .render.helm import PROFILES, profile_values, values_yaml
 from .render.kustomize import kustomization
 from .render.kyverno import cluster_policy
-from .settings import Settings, SettingsError, load_settings, parse_settings, redact_url
+from .settings import Runtime, Settings, SettingsError, load_settings, parse_runtimes, parse_settings, redact_url
 
 FORMATS = ("manifests", "helm-values", "capi", "capi-patches", "kustomize-patch", "kyverno")
 MARKER = "# Rendered by proxy-component render: this directory is rewritten whole by each render."
@@ -79,12 +79,16 @@ def _objects(settings: Settings, args: argparse.Namespace) -> list[dict[str, Any
     if fmt == "kyverno":
         return [cluster_policy(settings, plain_values(settings))]
     if fmt == "kustomize-patch":
-        return [
-            kustomization(
-                settings, plain_values(settings), kind=args.target_kind, name=args.target_name, container=args.container
-            )
-        ]
+        values = plain_values(settings).select(_selection(settings, args))
+        return [kustomization(settings, values, kind=args.target_kind, name=args.target_name, container=args.container)]
     return manifests(settings)
+
+
+def _selection(settings: Settings, args: argparse.Namespace) -> frozenset[Runtime]:
+    """--runtimes as the annotation writes it (java,node or none); default: the cluster-wide flags."""
+    if args.runtimes is None:
+        return settings.runtimes.cluster_wide
+    return parse_runtimes(args.runtimes, "--runtimes")
 
 
 def _check_format(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -113,7 +117,8 @@ def _check_format(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
 def _render(args: argparse.Namespace) -> int:
     settings = _load(args.config)
     if args.format[0] == "helm-values":
-        sys.stdout.write(values_yaml(args.format[1], profile_values(settings, args.format[1])))
+        values = profile_values(settings, args.format[1], selection=_selection(settings, args))
+        sys.stdout.write(values_yaml(args.format[1], values))
         return 0
     objects = _objects(settings, args)
     header = PATCH_HEADER if args.format[0] == "capi-patches" else ""
@@ -159,13 +164,14 @@ def _no_proxy(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
-    from .explain import destinations, evaluate, warnings, workload_env
-    from .render.runtimes import NO_PROXY_PYTHON, java_tool_options, python_no_proxy
+    from .explain import destinations, evaluate, warnings
+    from .render.runtimes import NO_PROXY_PYTHON, java_options, python_no_proxy
 
     settings = _load(args.config)
     no_proxy = settings.no_proxy()
     urls = args.url or None
-    cells = evaluate(settings, no_proxy, urls)
+    selection = _selection(settings, args)
+    cells = evaluate(settings, no_proxy, urls, selection)
     if args.json:
         print(json.dumps([cell.as_dict() for cell in cells], indent=2))
         return 0
@@ -176,15 +182,24 @@ def _explain(args: argparse.Namespace) -> int:
     for line in no_proxy.explain():
         print(line)
     print()
-    print(f"{NO_PROXY_PYTHON} (Python workloads): {python_no_proxy(no_proxy)}")
-    env = workload_env(settings, no_proxy)
-    java = java_tool_options(settings.http_proxy, settings.https_proxy, no_proxy)
-    if "JAVA_TOOL_OPTIONS" in env:
-        print(f"JAVA_TOOL_OPTIONS: {redact_url(env['JAVA_TOOL_OPTIONS'])}")
+    print(
+        f"{NO_PROXY_PYTHON} (no_proxy of every workload; NO_PROXY too with the python runtime): {python_no_proxy(no_proxy)}"
+    )
+    java = java_options(settings.http_proxy, settings.https_proxy, no_proxy)
+    if java.value is None:
+        print(f"JDK_JAVA_OPTIONS (java runtime): not rendered, so JVMs get no proxy: {java.skipped}")
+    else:
+        print(f"JDK_JAVA_OPTIONS (java runtime): {java.value}")
         for gap in java.uncovered:
             print(f"  not for Java: {gap}")
-    if "NODE_USE_ENV_PROXY" in env:
-        print("NODE_USE_ENV_PROXY: 1 (Node >= 24's http and fetch read the variables only with it)")
+    print("NODE_USE_ENV_PROXY (node runtime): 1 (Node >= 24's http and fetch read the variables only with it)")
+    runtimes = settings.runtimes
+    shown = ",".join(sorted(selection)) or "none"
+    print(
+        f"Runtimes: this table is for workloads selecting {shown!r} (--runtimes); a workload's own is its annotation "
+        f"{runtimes.annotation}, else runtimes.namespaces, else the cluster-wide flags "
+        f"({','.join(sorted(runtimes.cluster_wide)) or 'none'})"
+    )
     print()
     labels = {d.url: d.label for d in destinations(settings, no_proxy)}
     _print_table(cells, labels)
@@ -271,6 +286,11 @@ def _parser() -> argparse.ArgumentParser:
     render.add_argument(
         "--container", help="kustomize-patch: patch this container by name (strategic merge) instead of index 0"
     )
+    runtimes_help = (
+        "the workload's runtimes as its annotation writes them: some of java,node,python, or none "
+        "(default: the cluster-wide runtimes flags)"
+    )
+    render.add_argument("--runtimes", help=f"kustomize-patch, helm-values: {runtimes_help}")
     render.set_defaults(func=_render)
     no_proxy = sub.add_parser("no-proxy", help="print the composed NO_PROXY value")
     no_proxy.add_argument("config", nargs="?", help=config_help)
@@ -292,6 +312,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="a destination to judge instead of the representative ones (repeatable)",
     )
+    explain.add_argument("--runtimes", help=runtimes_help)
     explain.set_defaults(func=_explain)
     check = sub.add_parser(
         "check",

@@ -314,13 +314,17 @@ def _npm(c: Client, raw: str, t: Target) -> bool:
     return all(h == n for h, n in zip(host, labels, strict=False))
 
 
-# --- Java: system properties from JAVA_TOOL_OPTIONS ---------------------------------------------
+# --- Java: system properties from JAVA_TOOL_OPTIONS and JDK_JAVA_OPTIONS -------------------------
+
+# What the JVM reads, in the order it applies them: a later -D replaces an earlier one (JDK_JAVA_OPTIONS is
+# put before the command line by the java launcher, which HotSpot parses after JAVA_TOOL_OPTIONS).
+JAVA_OPTION_VARIABLES = ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS")
 
 JAVA_DEFAULT_NON_PROXY = "localhost|127.*|[::1]|0.0.0.0|[::0]"
 
 
 def java_properties(options: str) -> dict[str, str]:
-    """The -D system properties in a JAVA_TOOL_OPTIONS value (split on whitespace, as the JVM does)."""
+    """The -D system properties in a JAVA_TOOL_OPTIONS or JDK_JAVA_OPTIONS value (split on whitespace, as the JVM does)."""
     props: dict[str, str] = {}
     for word in options.split():
         if word.startswith("-D"):
@@ -343,10 +347,12 @@ def _java_pattern(pattern: str, host: str) -> bool:
 
 
 def _java_decide(env: Mapping[str, str], t: Target) -> Decision:
-    options = env.get("JAVA_TOOL_OPTIONS", "")
-    if any(not word.startswith("-") for word in options.split()):
-        return "error"  # the JVM splits the value at spaces and refuses to start on a word that is no option
-    props = java_properties(options)
+    props: dict[str, str] = {}
+    for name in JAVA_OPTION_VARIABLES:
+        options = env.get(name, "")
+        if any(not word.startswith("-") for word in options.split()):
+            return "error"  # the JVM splits the value at spaces and refuses to start on a word that is no option
+        props.update(java_properties(options))
     host_prop = "https.proxyHost" if t.scheme == "https" else "http.proxyHost"
     if not props.get(host_prop):
         return "bypass"
@@ -545,7 +551,7 @@ CLIENTS: tuple[Client, ...] = (
     ),
     Client(
         "java",
-        "Java ProxySelector (JAVA_TOOL_OPTIONS)",
+        "Java ProxySelector (JAVA_TOOL_OPTIONS, JDK_JAVA_OPTIONS)",
         "17",
         no_proxy_vars=(),
         proxy_vars={},

@@ -7,7 +7,6 @@ as Outputs and may be unknown at preview.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -20,13 +19,13 @@ from .explain import warnings
 from .noproxy import NoProxy
 from .render import PlanInputs, Planned, check_allow_sources, node_values, plan
 from .render.capi import kubeadm_config_spec
-from .render.env import ENV_NAMES, ProxyValues, env_names, env_vars, workload_values
+from .render.env import ProxyValues, env_vars, workload_values
 from .render.helm import PROFILES, helm_values, profile_no_proxy
 from .render.helm import merge_values as _merge_plain
 from .render.kustomize import kustomization
 from .render.proxy import config_digest, ip_family_fields, tinyproxy_conf
-from .render.runtimes import JAVA_TOOL_OPTIONS, NODE_USE_ENV_PROXY
-from .settings import Settings, SettingsError, infer_ip_family, parse_settings
+from .render.runtimes import java_skip_reason
+from .settings import Runtime, Settings, SettingsError, infer_ip_family, parse_runtimes, parse_settings
 
 __all__ = ["ClusterNetwork", "ClusterProxy", "ClusterProxyArgs", "merge_values"]
 
@@ -68,8 +67,8 @@ class ClusterProxy(pulumi.ComponentResource):
     proxy_url: pulumi.Output[str]
     env: pulumi.Output[list[dict[str, str]]]
     no_proxy_python: pulumi.Output[str]
-    java_tool_options: pulumi.Output[str]
-    node_use_env_proxy: pulumi.Output[str]
+    jdk_java_options: pulumi.Output[str]
+    workload_values: ProxyValues
     helm_values: dict[str, pulumi.Output[dict[str, Any]]]
     kubeadm_config_spec: pulumi.Output[dict[str, Any]] | None
     settings: Settings
@@ -96,9 +95,8 @@ class ClusterProxy(pulumi.ComponentResource):
         )
         values = self._values(settings, composed.apply(lambda c: c[0]), no_proxy)
         self.no_proxy_python = pulumi.Output.from_input(values.no_proxy_python)
-        extra = dict(values.extra)
-        self.java_tool_options = pulumi.Output.from_input(extra.get(JAVA_TOOL_OPTIONS, ""))
-        self.node_use_env_proxy = pulumi.Output.from_input(extra.get(NODE_USE_ENV_PROXY, ""))
+        self.jdk_java_options = pulumi.Output.from_input(values.java_options or "")
+        self.workload_values = values
         env: pulumi.Output[Any] = pulumi.Output.from_input(env_vars(values))
         self.env = pulumi.Output.secret(env) if secret else env
 
@@ -113,7 +111,13 @@ class ClusterProxy(pulumi.ComponentResource):
             if not PROFILES[profile].hosts:
                 return values  # the same NO_PROXY, composed (and reported) once
             if network_values is None:
-                return workload_values(settings, profile_no_proxy(settings, profile), self.http_proxy, self.https_proxy)
+                return workload_values(
+                    settings,
+                    profile_no_proxy(settings, profile),
+                    self.http_proxy,
+                    self.https_proxy,
+                    settings.runtimes.cluster_wide,
+                )
             composed_profile = network_values.apply(lambda v: profile_no_proxy(settings, profile, v))
             return self._values(settings, composed_profile, composed_profile.apply(str))
 
@@ -126,13 +130,13 @@ class ClusterProxy(pulumi.ComponentResource):
             ip_fields=self._ip_fields(settings, network) if settings.deployment.enabled else None,
             helm_values=profile_values,
         )
-        self._workload_values = values
         for planned in plan(settings, inputs):
             self.resources[planned.key] = self._register(name, planned, args.management_provider)
 
         self.helm_values = {
             profile: _maybe_secret(helm_values(profile, profile_values(profile)), secret) for profile in PROFILES
         }
+        self._profile_values = profile_values
         self.kubeadm_config_spec = self._capi(settings, no_proxy)
         self.register_outputs(
             {
@@ -142,8 +146,7 @@ class ClusterProxy(pulumi.ComponentResource):
                 "proxy_url": self.proxy_url,
                 "env": self.env,
                 "no_proxy_python": self.no_proxy_python,
-                "java_tool_options": self.java_tool_options,
-                "node_use_env_proxy": self.node_use_env_proxy,
+                "jdk_java_options": self.jdk_java_options,
                 "helm_values": self.helm_values,
                 "kubeadm_config_spec": self.kubeadm_config_spec,
             }
@@ -152,20 +155,36 @@ class ClusterProxy(pulumi.ComponentResource):
     def _values(
         self, settings: Settings, composed: pulumi.Output[NoProxy], no_proxy: pulumi.Output[str]
     ) -> ProxyValues:
-        """The workload values from a composed NO_PROXY Output: the URLs as outputs, each rendering an Output."""
+        """The workload values from a composed NO_PROXY Output, for the cluster-wide runtime selection.
+
+        Whether JDK_JAVA_OPTIONS is rendered depends on the settings alone, so it is known before the network.
+        """
         plain = composed.apply(lambda c: workload_values(settings, c))
-        names = env_names(settings)[len(ENV_NAMES) :]
+        java = None if java_skip_reason(settings.http_proxy, settings.https_proxy) else plain.apply(_java_options)
         return ProxyValues(
             self.http_proxy,
             self.https_proxy,
             no_proxy,
             no_proxy_python=plain.apply(lambda v: v.no_proxy_python),
-            extra=tuple((name, plain.apply(functools.partial(_extra_value, i))) for i, name in enumerate(names)),
+            java_options=java,
+            selection=settings.runtimes.cluster_wide,
         )
 
-    def kustomization(self, *, kind: str, name: str, container: str | None = None) -> pulumi.Output[dict[str, Any]]:
-        """A Kustomization that adds the proxy env to one workload (JSON patch, or by container name), for GitOps repos."""
-        values = self._workload_values
+    def helm_values_for(self, profile: str, runtimes: str) -> pulumi.Output[dict[str, Any]]:
+        """One profile's values for a runtime selection written as the annotation is (``java,node``, ``none``)."""
+        selection = parse_runtimes(runtimes, "runtimes")
+        values = helm_values(profile, self._profile_values(profile).select(selection))
+        return _maybe_secret(values, self.settings.has_credentials)
+
+    def kustomization(
+        self, *, kind: str, name: str, container: str | None = None, runtimes: str | None = None
+    ) -> pulumi.Output[dict[str, Any]]:
+        """A Kustomization that adds the proxy env to one workload (JSON patch, or by container name), for GitOps repos.
+
+        `runtimes` is the workload's selection, as the annotation writes it; default: the cluster-wide flags.
+        """
+        selection = self.settings.runtimes.cluster_wide if runtimes is None else parse_runtimes(runtimes, "runtimes")
+        values = self.workload_values.select(selection)
         patch = _plain(values).apply(
             lambda v: kustomization(self.settings, v, kind=kind, name=name, container=container)
         )
@@ -211,6 +230,9 @@ class ClusterProxy(pulumi.ComponentResource):
         """Say in the preview which client fails which destination class, and what to do; return the value."""
         for warning in warnings(settings, composed):
             pulumi.log.warn(f"NO_PROXY: {warning}", resource=self)
+        skipped = java_skip_reason(settings.http_proxy, settings.https_proxy)
+        if skipped:
+            pulumi.log.warn(f"JDK_JAVA_OPTIONS: not rendered, so JVMs get no proxy: {skipped}", resource=self)
         return str(composed)
 
     @staticmethod
@@ -286,19 +308,19 @@ def _refuse_outputs(data: Any, path: str = "") -> None:
         raise SettingsError(problems)
 
 
-def _extra_value(index: int, values: ProxyValues) -> Any:
-    return values.extra[index][1]
+def _java_options(values: ProxyValues) -> Any:
+    return values.java_options
 
 
 def _plain(values: ProxyValues) -> pulumi.Output[ProxyValues]:
     """The values resolved together, for builders that write them into text."""
-    names = [name for name, _ in values.extra]
+    selection: frozenset[Runtime] = values.selection
 
     def build(v: list[Any]) -> ProxyValues:
-        return ProxyValues(v[0], v[1], v[2], no_proxy_python=v[3], extra=tuple(zip(names, v[4:], strict=True)))
+        return ProxyValues(v[0], v[1], v[2], no_proxy_python=v[3], java_options=v[4], selection=selection)
 
     return pulumi.Output.all(
-        values.http_proxy, values.https_proxy, values.no_proxy, values.no_proxy_python, *(v for _, v in values.extra)
+        values.http_proxy, values.https_proxy, values.no_proxy, values.no_proxy_python, values.java_options
     ).apply(build)
 
 

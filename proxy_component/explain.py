@@ -6,7 +6,7 @@ loopback, the metadata endpoints, the user's own entries, an external host).
 `intent` says what should happen to any URL: in-cluster ranges, names and the
 user's entries bypass the proxy, everything else goes through it. `evaluate`
 asks the client model (`clients.decide`) with the environment workloads really
-get (`workload_values`), and `warnings` turns the cells that differ into one
+get (`workload_values`, for a runtime selection: by default the cluster-wide one), and `warnings` turns the cells that differ into one
 line per cause, naming the clients, the destinations and what to do. The
 command's `explain` and the component's preview print the same lines.
 """
@@ -14,14 +14,14 @@ command's `explain` and the component's preview print the same lines.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .clients import CLIENTS, Client, Decision, Target, decide, matched_entry
 from .noproxy import Category, Kind, NoProxy
 from .render.env import env_pairs, workload_values
-from .render.runtimes import NO_PROXY_PYTHON
-from .settings import Settings
+from .render.runtimes import NO_PROXY_PYTHON, java_skip_reason
+from .settings import Runtime, Settings
 
 __all__ = ["Cell", "Destination", "destinations", "evaluate", "intent", "warnings", "workload_env"]
 
@@ -168,9 +168,11 @@ def intent(settings: Settings, no_proxy: NoProxy, url: str | Target) -> Decision
     return "proxy"
 
 
-def workload_env(settings: Settings, no_proxy: NoProxy) -> dict[str, str]:
-    """The environment a workload gets: both spellings of the three variables and the runtimes' variables."""
-    return {name: str(value) for name, value in env_pairs(workload_values(settings, no_proxy))}
+def workload_env(settings: Settings, no_proxy: NoProxy, selection: Iterable[Runtime] | None = None) -> dict[str, str]:
+    """The environment a workload of `selection` (default: the cluster-wide one) gets: both spellings of the three
+    variables and the selected runtimes' variables."""
+    chosen = settings.runtimes.cluster_wide if selection is None else selection
+    return {name: str(value) for name, value in env_pairs(workload_values(settings, no_proxy, selection=chosen))}
 
 
 def _cells(settings: Settings, no_proxy: NoProxy, urls: Sequence[str], env: Mapping[str, str]) -> list[Cell]:
@@ -185,11 +187,16 @@ def _cells(settings: Settings, no_proxy: NoProxy, urls: Sequence[str], env: Mapp
     return cells
 
 
-def evaluate(settings: Settings, no_proxy: NoProxy, urls: Sequence[str] | None = None) -> list[Cell]:
-    """One cell per URL and client, URLs in order, clients in the model's order."""
+def evaluate(
+    settings: Settings,
+    no_proxy: NoProxy,
+    urls: Sequence[str] | None = None,
+    selection: Iterable[Runtime] | None = None,
+) -> list[Cell]:
+    """One cell per URL and client, URLs in order, clients in the model's order, for a workload of `selection`."""
     if urls is None:
         urls = [d.url for d in destinations(settings, no_proxy)]
-    return _cells(settings, no_proxy, urls, workload_env(settings, no_proxy))
+    return _cells(settings, no_proxy, urls, workload_env(settings, no_proxy, selection))
 
 
 def _why(
@@ -199,13 +206,23 @@ def _why(
     if got == "error":
         return (
             "fails on every request: httpx refuses IPv6 CIDRs and bracketed IPv6 addresses in NO_PROXY (InvalidURL "
-            f"when a client is created): give Python workloads NO_PROXY from proxy-config's {NO_PROXY_PYTHON} "
-            "(the component's no_proxy_python output)"
+            f"when a client is created): select the python runtime (annotation {settings.runtimes.annotation}: "
+            f"python), which gives both spellings {NO_PROXY_PYTHON}"
         )
-    if c.id == "java" and not settings.runtimes.java:
-        return "JVMs ignore the *_proxy variables: set runtimes.java: true so that workloads get JAVA_TOOL_OPTIONS"
+    if c.id == "java" and "JDK_JAVA_OPTIONS" not in env:
+        skipped = java_skip_reason(settings.http_proxy, settings.https_proxy)
+        if skipped:
+            return f"JVMs ignore the *_proxy variables, and JDK_JAVA_OPTIONS is not rendered: {skipped}"
+        return (
+            "JVMs ignore the *_proxy variables: select the java runtime for JVM workloads (annotation "
+            f"{settings.runtimes.annotation}: java, runtimes.namespaces or runtimes.java) so that they get "
+            "JDK_JAVA_OPTIONS"
+        )
     if c.requires and any(env.get(k) != v for k, v in c.requires):
-        return "Node's http and fetch ignore the variables without NODE_USE_ENV_PROXY=1: set runtimes.node: true"
+        return (
+            "Node's http and fetch ignore the variables without NODE_USE_ENV_PROXY=1: select the node runtime for "
+            f"Node workloads (annotation {settings.runtimes.annotation}: node, runtimes.namespaces or runtimes.node)"
+        )
     if got == "proxy":
         if t.ip is None and not any(
             _entry_covers(e.value, t.host) for e in no_proxy.entries if e.kind in (Kind.HOST, Kind.SUFFIX)

@@ -43,6 +43,8 @@ from .noproxy import (
 
 __all__ = [
     "NETWORK_FIELDS",
+    "NO_RUNTIMES",
+    "RUNTIMES",
     "CapiSettings",
     "ClusterSettings",
     "DeploymentSettings",
@@ -52,12 +54,14 @@ __all__ = [
     "NetworkValues",
     "ProxySettings",
     "Resources",
+    "Runtime",
     "RuntimeSettings",
     "Settings",
     "SettingsError",
     "UpstreamSettings",
     "infer_ip_family",
     "load_settings",
+    "parse_runtimes",
     "parse_settings",
     "redact_url",
 ]
@@ -191,6 +195,12 @@ def _proxy_url(value: str) -> str:
         raise ValueError(f"{redact_url(value)!r} has scheme {parts.scheme or 'none'!r} ({accepted})")
     if not parts.hostname:
         raise ValueError(f"{redact_url(value)!r} has no host ({accepted})")
+    if not _url_host_ok(parts.hostname):
+        raise ValueError(
+            f"{redact_url(value)!r} has host {parts.hostname!r}, which is neither a host name nor an IP address: "
+            "the JVM would read quotes, '|' or spaces in it as more options or patterns (expected letters, digits, "
+            "'-', '_' and '.', e.g. proxy.corp, or an IP address)"
+        )
     if parts.path not in ("", "/") or parts.query or parts.fragment:
         raise ValueError(
             f"{redact_url(value)!r} has a path, query or fragment, which clients ignore or reject ({accepted})"
@@ -198,6 +208,18 @@ def _proxy_url(value: str) -> str:
     if port == 0:
         raise ValueError(f"{redact_url(value)!r} has port 0 ({accepted})")
     return parts._replace(path="").geturl()
+
+
+_URL_HOST = re.compile(r"^[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*\.?$")
+
+
+def _url_host_ok(host: str) -> bool:
+    """A proxy URL's host (lower case, brackets dropped) is a DNS-style name or an IP address."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return bool(_URL_HOST.match(host))
+    return True
 
 
 def redact_url(url: str) -> str:
@@ -567,16 +589,72 @@ class InjectionSettings(_Model):
         return sorted(set(value))
 
 
-class RuntimeSettings(_Model):
-    """What workloads get beside the six variables, for runtimes that do not read them as they are."""
+Runtime = Literal["java", "node", "python"]
+RUNTIMES: tuple[Runtime, ...] = ("java", "node", "python")
+NO_RUNTIMES = "none"
 
-    java: bool = Field(
-        default=True,
-        description="JAVA_TOOL_OPTIONS with the proxy as system properties: the JVM ignores the *_proxy variables.",
+
+def parse_runtimes(value: str, where: str) -> frozenset[Runtime]:
+    """A runtimes annotation's value: runtimes separated by commas (``java,node``), or ``none``.
+
+    Raises ValueError naming `where`, the value and what is accepted. An empty value is
+    refused: the Kyverno policy cannot tell it from an absent annotation.
+    """
+    tokens = value.split(",")
+    if value == NO_RUNTIMES:
+        return frozenset()
+    if not value or any(t not in RUNTIMES for t in tokens) or len(set(tokens)) != len(tokens):
+        raise ValueError(
+            f"{where}: {value!r} is not a list of runtimes (expected {NO_RUNTIMES!r} or some of "
+            f"{', '.join(RUNTIMES)} separated by commas without spaces, e.g. 'java,node')"
+        )
+    return frozenset(tokens)  # type: ignore[arg-type]
+
+
+class RuntimeSettings(_Model):
+    """Which runtimes' renderings workloads get beside the six variables: opt-in, per cluster, namespace, workload.
+
+    A workload's selection is its annotation (`annotation` on the workload or its pod template,
+    e.g. ``java,node`` or ``none``) when it has one, else its namespace's entry in `namespaces`,
+    else the cluster-wide flags. java: JDK_JAVA_OPTIONS (the JVM ignores the *_proxy variables);
+    node: NODE_USE_ENV_PROXY=1 (Node >= 24 reads them only with it); python: the Python-safe
+    NO_PROXY in both spellings. Off by default: a JVM or Node process that starts to use the proxy
+    sends short in-cluster names (http://my-svc:8080) to it, which it cannot resolve.
+    """
+
+    java: bool = Field(default=False, description="JDK_JAVA_OPTIONS for every workload that gets the env.")
+    node: bool = Field(default=False, description="NODE_USE_ENV_PROXY=1 for every workload that gets the env.")
+    python: bool = Field(default=False, description="The Python-safe NO_PROXY in both spellings, cluster-wide.")
+    namespaces: dict[DnsLabel, list[Runtime]] = Field(
+        default_factory=dict, description="A namespace's runtimes, replacing the cluster-wide flags there."
     )
-    node: bool = Field(
-        default=True, description="NODE_USE_ENV_PROXY=1: Node >= 24's http and fetch read the variables only with it."
+    annotation: Annotated[str, AfterValidator(_annotation_key)] = Field(
+        default="proxy-component.io/runtimes",
+        description="On a workload or its pod template: its runtimes ('java,node', or 'none'), replacing the rest.",
     )
+
+    @field_validator("namespaces")
+    @classmethod
+    def _canonical(cls, value: dict[str, list[Runtime]]) -> dict[str, list[Runtime]]:
+        return {ns: sorted(set(value[ns]), key=RUNTIMES.index) for ns in sorted(value)}
+
+    @property
+    def cluster_wide(self) -> frozenset[Runtime]:
+        return frozenset(r for r in RUNTIMES if getattr(self, r))
+
+    def for_namespace(self, namespace: str) -> frozenset[Runtime]:
+        """The selection of a workload in `namespace` that carries no annotation."""
+        listed = self.namespaces.get(namespace)
+        return self.cluster_wide if listed is None else frozenset(listed)
+
+    def select(self, namespace: str, annotations: Mapping[str, Any] | None, where: str = "") -> frozenset[Runtime]:
+        """A workload's selection from its namespace and annotations; ValueError (naming `where`) on a bad value."""
+        value = (annotations or {}).get(self.annotation)
+        if value is None:
+            return self.for_namespace(namespace)
+        if not isinstance(value, str):
+            raise ValueError(f"{where}{self.annotation}: {value!r} is not a string (expected e.g. 'java,node')")
+        return parse_runtimes(value, f"{where}{self.annotation}")
 
 
 class CapiSettings(_Model):
@@ -601,6 +679,9 @@ class HelmValuesSecret(_Model):
     profile: str
     namespace: DnsLabel
     name: DnsLabel | None = Field(default=None, description="Default: <profile>-proxy-values.")
+    runtimes: list[Runtime] | None = Field(
+        default=None, description="The chart's runtimes (java, node, python); default: the cluster-wide flags."
+    )
 
 
 @dataclass(frozen=True)
@@ -663,6 +744,11 @@ class Settings(_Model):
             )
         if self.capi.enabled:
             self._check_node_urls()
+        if self.runtimes.annotation == self.injection.opt_out_annotation:
+            raise ValueError(
+                f"runtimes.annotation: {self.runtimes.annotation!r} is injection.optOutAnnotation too, whose 'false' "
+                "is no list of runtimes (expected another key, e.g. proxy-component.io/runtimes)"
+            )
         if not self.deployment.enabled and self.proxy.http_proxy is None:
             raise ValueError(
                 "proxy.httpProxy: required when deployment.enabled is false (expected the URL of the proxy pods should use)"

@@ -7,21 +7,24 @@ over `ResourceTransformArgs` with the engine's camelCase props, for tests.
 
 It follows the same exclusions as the Kyverno policy: `injection.excludeNamespaces`
 (kube-system by default) and the opt-out annotation set to "false" on the
-workload or its pod template. It never replaces an env name a container
-already sets. With credentials it writes `secretKeyRef`s to the namespace's
-`proxy-config` Secret, and only in the namespaces that have one.
+workload or its pod template. What each container gets is decided in one place
+(`render.env.additions`): nothing when it sets a proxy name itself, else every
+variable it does not set; the runtime variables follow the workload's selection
+(`runtimes.annotation` on the workload or its pod template, else its namespace's,
+else the cluster-wide flags). With credentials the proxy URLs are `secretKeyRef`s
+to the namespace's `proxy-config` Secret, and only namespaces that have one are touched.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import pulumi
 
-from .render.env import WORKLOAD_KINDS, env_names, env_vars_from_secret
+from .render.env import WORKLOAD_KINDS, ProxyValues, additions, pod_env
 from .settings import Settings
 
 __all__ = ["WORKLOAD_TYPES", "inject_proxy_env", "proxy_env_transform"]
@@ -41,9 +44,9 @@ WORKLOAD_TYPES: dict[str, tuple[str, ...]] = {
 }
 
 
-class _HasProxyEnv(Protocol):
+class _HasProxyValues(Protocol):
     settings: Settings
-    env: pulumi.Output[list[dict[str, str]]]
+    workload_values: ProxyValues
 
 
 def _opted_out(annotations: Any, key: str) -> bool:
@@ -51,45 +54,42 @@ def _opted_out(annotations: Any, key: str) -> bool:
     return isinstance(annotations, Mapping) and annotations.get(key) == "false"
 
 
-def _with_env(containers: Any, env: Sequence[Obj] | pulumi.Output[Any]) -> Any:
-    """Each container with the proxy entries appended whose names it does not set already."""
+def _annotations(*metadata: Any) -> dict[str, Any]:
+    """The annotations of the workload, then of its pod template (which the Pod carries, so it wins)."""
+    merged: dict[str, Any] = {}
+    for meta in metadata:
+        found = meta.get("annotations") if isinstance(meta, Mapping) else None
+        if isinstance(found, Mapping):
+            merged.update(found)
+    return merged
+
+
+def _with_env(containers: Any, entries: list[Obj]) -> Any:
+    """Each container with what `additions` gives it appended; a container whose env is unknown is left alone."""
     if not isinstance(containers, list):
         return containers
     out = []
     for container in containers:
-        if not isinstance(container, Mapping):
-            out.append(container)
+        existing = container.get("env") if isinstance(container, Mapping) else None
+        if not isinstance(container, Mapping) or not isinstance(existing or [], list):
+            out.append(container)  # an Output or other unknown: leave the container alone
             continue
-        existing = container.get("env") or []
-        if not isinstance(existing, list):  # an Output or other unknown: leave the container alone
-            out.append(container)
-            continue
-        names = {e.get("name") for e in existing if isinstance(e, Mapping)}
-        merged: Any
-        if isinstance(env, pulumi.Output):
-            merged = env.apply(functools.partial(_append_missing, list(existing), names))
-        else:
-            merged = _append_missing(list(existing), names, env)
-        out.append({**container, "env": merged})
+        added = additions(container, entries)
+        out.append({**container, "env": [*(existing or []), *added]} if added else container)
     return out
 
 
-def _append_missing(existing: list[Any], names: set[Any], entries: Sequence[Obj]) -> list[Any]:
-    return [*existing, *(e for e in entries if e["name"] not in names)]
+def proxy_env_transform(settings: Settings, values: ProxyValues) -> Transform:
+    """The transform: for a workload type outside the exclusions, add the env of its selection to each container.
 
-
-def proxy_env_transform(settings: Settings, env: Sequence[Obj] | pulumi.Output[Any]) -> Transform:
-    """The transform: for a workload type outside the exclusions, add `env` to every container that lacks it.
-
-    `env` is the component's `env` output (or a plain list); with credentials
-    in the settings it is replaced by `secretKeyRef`s to `proxy-config`.
+    `values` are the component's `workload_values` (Outputs) or plain strings; with
+    credentials in the settings the URLs become `secretKeyRef`s to `proxy-config`.
+    A runtimes annotation that is no list of runtimes stops the program with an error naming the workload.
     """
     injection = settings.injection
     excluded = set(injection.exclude_namespaces)
     secret_namespaces = set(settings.proxy_config_namespaces) if settings.has_credentials else None
-    entries: Sequence[Obj] | pulumi.Output[Any] = (
-        env_vars_from_secret(names=env_names(settings)) if settings.has_credentials else env
-    )
+    env_for = functools.cache(lambda selection: pod_env(settings, values.select(selection)))
 
     def transform(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
         path = WORKLOAD_TYPES.get(args.type_)
@@ -119,6 +119,12 @@ def proxy_env_transform(settings: Settings, env: Sequence[Obj] | pulumi.Output[A
         pod_spec = parent.get(path[-1])
         if not isinstance(pod_spec, Mapping):
             return None
+        kind = args.type_.rsplit(":", 1)[-1]
+        where = (
+            f"{kind} {namespace}/{metadata.get('name', args.name) if isinstance(metadata, Mapping) else args.name}: "
+        )
+        selection = settings.runtimes.select(namespace, _annotations(metadata, template_meta), where)
+        entries = env_for(selection)
         pod_spec = dict(pod_spec)
         for field in ("containers", "initContainers", "ephemeralContainers"):
             if field in pod_spec:
@@ -129,8 +135,8 @@ def proxy_env_transform(settings: Settings, env: Sequence[Obj] | pulumi.Output[A
     return transform
 
 
-def inject_proxy_env(proxy: _HasProxyEnv) -> Transform:
+def inject_proxy_env(proxy: _HasProxyValues) -> Transform:
     """Register the transform for every later resource of this stack; returns it (e.g. for tests)."""
-    transform = proxy_env_transform(proxy.settings, proxy.env)
+    transform = proxy_env_transform(proxy.settings, proxy.workload_values)
     pulumi.runtime.register_resource_transform(transform)
     return transform

@@ -1,31 +1,60 @@
-"""The proxy environment for workloads: the env list in both spellings, and per-namespace ConfigMaps or Secrets."""
+"""The proxy environment for workloads: which variables a container gets, and per-namespace ConfigMaps or Secrets.
+
+One place decides what a container gets, for every consumer (the stack transform,
+the Kyverno policy, Kustomize patches, Helm values, `proxy-config` and `check`):
+
+- `env_pairs(values)`: the variables for a runtime selection (`ProxyValues.select`):
+  the six proxy names, with the NO_PROXY rendering each spelling carries per
+  `NO_PROXY_SPELLINGS`, then the selected runtimes' variables;
+- `additions(container, entries)`: what one container gets of them. The six names
+  are one group: a container that sets any of them itself (in `env`, or reads
+  `proxy-config` through `envFrom`) gets nothing, runtime variables included;
+  otherwise it gets every entry whose name it does not set.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
 
 from ..noproxy import NoProxy
-from ..settings import Settings
-from .runtimes import JAVA_TOOL_OPTIONS, NO_PROXY_PYTHON, NODE_USE_ENV_PROXY, java_tool_options, python_no_proxy
+from ..settings import Runtime, Settings
+from .runtimes import JDK_JAVA_OPTIONS, NO_PROXY_PYTHON, NODE_USE_ENV_PROXY, java_options, python_no_proxy
 
 __all__ = [
     "CONFIG_NAME",
     "ENV_NAMES",
+    "NO_PROXY_SPELLINGS",
+    "RUNTIME_VARIABLES",
+    "URL_NAMES",
     "WORKLOAD_KINDS",
     "ProxyValues",
+    "additions",
     "env_names",
     "env_pairs",
     "env_vars",
-    "env_vars_from_secret",
     "pod_env",
     "proxy_config_object",
     "proxy_config_objects",
+    "reads_proxy_config",
+    "sets_proxy_names",
     "workload_kind",
     "workload_values",
 ]
 
 ENV_NAMES = ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "NO_PROXY", "no_proxy")
+
+# The variable each runtime adds beside the six (python adds none: it changes which NO_PROXY they carry).
+RUNTIME_VARIABLES: dict[Runtime, str] = {"node": NODE_USE_ENV_PROXY, "java": JDK_JAVA_OPTIONS}
+
+Rendering = Literal["full", "python"]
+
+# The NO_PROXY rendering (NO_PROXY, no_proxy) carry, for a workload without and with the python runtime: the
+# composed list, or the Python-safe one (no IPv6 CIDRs or bracketed addresses, on which httpx raises at start).
+# Chosen by the client model, not by hand: proxy_component/injections.py scores every candidate over the example
+# clusters and every client (docs/no-proxy-injections.md), and a test holds this to the winner.
+NO_PROXY_SPELLINGS: dict[bool, tuple[Rendering, Rendering]] = {False: ("full", "python"), True: ("python", "python")}
 
 # Workload kinds that carry a pod template: apiVersion and the path from the object to its pod spec.
 WORKLOAD_KINDS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -54,82 +83,134 @@ CONFIG_NAME = "proxy-config"
 
 @dataclass(frozen=True)
 class ProxyValues:
-    """The values consumers receive; each may be a string or a `pulumi.Input[str]`.
+    """The values consumers receive, for one runtime selection; each may be a string or a `pulumi.Input[str]`.
 
-    `extra` holds the runtime variables workloads get beside the six
-    (NODE_USE_ENV_PROXY, JAVA_TOOL_OPTIONS); `no_proxy_python` is the NO_PROXY
-    for Python workloads, a `proxy-config` key. Node services (containerd,
-    kubelet) get neither: they are Go.
+    `no_proxy` is the composed list; `no_proxy_python` the Python-safe one (None: the
+    same list, as nodes get); `java_options` the JDK_JAVA_OPTIONS value, None when it
+    is not rendered (a proxy with credentials or https://). `selection` is the runtimes
+    these values are for: `select` gives the same values for another selection.
     """
 
     http_proxy: Any
     https_proxy: Any
     no_proxy: Any
     no_proxy_python: Any = None
-    extra: tuple[tuple[str, Any], ...] = ()
+    java_options: Any = None
+    selection: frozenset[Runtime] = frozenset()
+
+    def select(self, selection: Iterable[Runtime]) -> ProxyValues:
+        return replace(self, selection=frozenset(selection))
+
+    def rendering(self, which: Rendering) -> Any:
+        if which == "python" and self.no_proxy_python is not None:
+            return self.no_proxy_python
+        return self.no_proxy
 
 
-def workload_values(settings: Settings, no_proxy: NoProxy, http: Any = None, https: Any = None) -> ProxyValues:
-    """The values for workloads from a composed NO_PROXY: the six variables plus the runtimes' renderings.
+def workload_values(
+    settings: Settings, no_proxy: NoProxy, http: Any = None, https: Any = None, selection: Iterable[Runtime] = ()
+) -> ProxyValues:
+    """The values for workloads from a composed NO_PROXY, for `selection` (default: no runtime).
 
     `http`/`https` default to the settings' URLs (the component passes them as Outputs).
     """
-    extra: list[tuple[str, Any]] = []
-    if settings.runtimes.node:
-        extra.append((NODE_USE_ENV_PROXY, "1"))
-    if settings.runtimes.java:
-        extra.append((JAVA_TOOL_OPTIONS, java_tool_options(settings.http_proxy, settings.https_proxy, no_proxy).value))
     return ProxyValues(
         settings.http_proxy if http is None else http,
         settings.https_proxy if https is None else https,
         str(no_proxy),
         no_proxy_python=python_no_proxy(no_proxy),
-        extra=tuple(extra),
+        java_options=java_options(settings.http_proxy, settings.https_proxy, no_proxy).value,
+        selection=frozenset(selection),
     )
 
 
-def env_names(settings: Settings) -> tuple[str, ...]:
-    """The names workloads get for these settings: the six, then the runtimes' variables."""
-    names = list(ENV_NAMES)
-    if settings.runtimes.node:
-        names.append(NODE_USE_ENV_PROXY)
-    if settings.runtimes.java:
-        names.append(JAVA_TOOL_OPTIONS)
-    return tuple(names)
+def env_names(values: ProxyValues) -> tuple[str, ...]:
+    """The names a workload gets for these values' selection: the six, then the runtimes' variables."""
+    return tuple(name for name, _ in env_pairs(values))
 
 
 def env_pairs(values: ProxyValues) -> list[tuple[str, Any]]:
-    """Name/value pairs, upper case first (wget and apt read only lower case, Go prefers upper case), then `extra`."""
-    pairs: list[tuple[str, Any]] = []
-    for name, value in (
+    """Name/value pairs, upper case first (wget and apt read only lower case, Go prefers upper case), then the
+    selected runtimes' variables."""
+    upper, lower = NO_PROXY_SPELLINGS["python" in values.selection]
+    pairs: list[tuple[str, Any]] = [
         ("HTTP_PROXY", values.http_proxy),
+        ("http_proxy", values.http_proxy),
         ("HTTPS_PROXY", values.https_proxy),
-        ("NO_PROXY", values.no_proxy),
-    ):
-        pairs += [(name, value), (name.lower(), value)]
-    return pairs + list(values.extra)
+        ("https_proxy", values.https_proxy),
+        ("NO_PROXY", values.rendering(upper)),
+        ("no_proxy", values.rendering(lower)),
+    ]
+    if "node" in values.selection:
+        pairs.append((NODE_USE_ENV_PROXY, "1"))
+    if "java" in values.selection and values.java_options is not None:
+        pairs.append((JDK_JAVA_OPTIONS, values.java_options))
+    return pairs
 
 
 def env_vars(values: ProxyValues) -> list[Obj]:
-    """A container `env` list with both spellings of the three variables and identical values."""
+    """A container `env` list: both spellings of the three variables, then the selected runtimes' variables."""
     return [{"name": name, "value": value} for name, value in env_pairs(values)]
 
 
-def env_vars_from_secret(secret_name: str = CONFIG_NAME, names: tuple[str, ...] = ENV_NAMES) -> list[Obj]:
-    """The env list read from the namespace's `proxy-config` Secret, for when the URLs carry credentials."""
-    return [{"name": name, "valueFrom": {"secretKeyRef": {"name": secret_name, "key": name}}} for name in names]
+URL_NAMES = ENV_NAMES[:4]
 
 
 def pod_env(settings: Settings, values: ProxyValues) -> list[Obj]:
-    """The env to put into a workload: literals, or `secretKeyRef`s when the URLs carry credentials."""
-    if settings.has_credentials:
-        return env_vars_from_secret(names=tuple(name for name, _ in env_pairs(values)))
-    return env_vars(values)
+    """The env to put into a workload: literals, except that the proxy URLs become `secretKeyRef`s to the
+    namespace's `proxy-config` Secret when they carry credentials (NO_PROXY and the runtime variables are
+    no secret, and stay literals, so a Secret of any namespace's selection serves every workload)."""
+    secret = settings.has_credentials
+    return [
+        {"name": name, "valueFrom": {"secretKeyRef": {"name": CONFIG_NAME, "key": name}}}
+        if secret and name in URL_NAMES
+        else {"name": name, "value": value}
+        for name, value in env_pairs(values)
+    ]
+
+
+def reads_proxy_config(container: Mapping[str, Any]) -> bool:
+    """The container's `envFrom` names `proxy-config` (a ConfigMap or a Secret): it has the six already."""
+    sources = container.get("envFrom") or []
+    if not isinstance(sources, list):
+        return False
+    for source in sources:
+        if not isinstance(source, Mapping):
+            continue
+        for ref in ("configMapRef", "secretRef"):
+            target = source.get(ref)
+            if isinstance(target, Mapping) and target.get("name") == CONFIG_NAME:
+                return True
+    return False
+
+
+def _env_names(container: Mapping[str, Any]) -> set[Any]:
+    env = container.get("env") or []
+    return {e.get("name") for e in env if isinstance(e, Mapping)} if isinstance(env, list) else set()
+
+
+def sets_proxy_names(container: Mapping[str, Any]) -> bool:
+    """The container sets one of the six itself (in `env`, even empty, e.g. to opt out) or reads `proxy-config`."""
+    return bool(_env_names(container) & set(ENV_NAMES)) or reads_proxy_config(container)
+
+
+def additions(container: Mapping[str, Any], entries: Sequence[Obj]) -> list[Obj]:
+    """The entries of `entries` one container gets: none when it sets a proxy name itself (the six are one group),
+    else each entry whose name it does not set, so nothing the container set is ever replaced."""
+    if sets_proxy_names(container):
+        return []
+    names = _env_names(container)
+    return [entry for entry in entries if entry["name"] not in names]
 
 
 def proxy_config_object(settings: Settings, namespace: str, values: ProxyValues) -> Obj:
-    """The `proxy-config` ConfigMap of one namespace, for `envFrom`; a Secret when the URLs carry credentials."""
-    data = dict(env_pairs(values))
+    """The `proxy-config` of one namespace, for `envFrom`; a Secret when the URLs carry credentials.
+
+    It holds the env of the namespace's runtime selection (`runtimes.namespaces`, else the
+    cluster-wide flags) and `NO_PROXY_PYTHON`, whatever `values.selection` is.
+    """
+    selected = values.select(settings.runtimes.for_namespace(namespace))
+    data = dict(env_pairs(selected))
     if values.no_proxy_python is not None:
         data[NO_PROXY_PYTHON] = values.no_proxy_python
     metadata = {

@@ -5,7 +5,8 @@ keys were checked against, so a reviewer can re-check them. A profile's
 values hold the three proxy leaves and nothing else: plain strings from the
 command, `pulumi.Output`s from the component; a builder puts them where they
 belong and never looks inside them. Where a chart takes an env list, the list
-is `env_vars(values)`: both spellings of the three variables.
+is `env_vars(values)`: both spellings of the three variables, then the runtime variables of the values'
+selection (`ProxyValues.select`; the annotation cannot reach values rendered before the pods exist).
 
 A profile also declares `hosts`: the short Service names its chart's components
 call each other by. Clients match NO_PROXY's CIDRs only against IP literals, so
@@ -17,7 +18,7 @@ only, never into the cluster-wide NO_PROXY.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -25,7 +26,7 @@ from typing import Any
 import yaml
 
 from ..noproxy import NoProxy
-from ..settings import HelmValuesSecret, NetworkValues, Settings, SettingsError
+from ..settings import HelmValuesSecret, NetworkValues, Runtime, Settings, SettingsError
 from .env import ProxyValues, env_vars, workload_values
 
 __all__ = [
@@ -327,11 +328,18 @@ def profile_no_proxy(settings: Settings, profile: str, network: NetworkValues | 
 
 
 def profile_values(
-    settings: Settings, profile: str, network: NetworkValues | None = None, values: ProxyValues | None = None
+    settings: Settings,
+    profile: str,
+    network: NetworkValues | None = None,
+    values: ProxyValues | None = None,
+    selection: Iterable[Runtime] | None = None,
 ) -> ProxyValues:
-    """The three values one profile's builder receives: `values`' URLs (default: the settings') and its NO_PROXY."""
+    """The values one profile's builder receives: `values`' URLs (default: the settings') and its NO_PROXY, for
+    `selection` (default: `values`' selection, else the cluster-wide flags)."""
     http, https = (values.http_proxy, values.https_proxy) if values else (None, None)
-    return workload_values(settings, profile_no_proxy(settings, profile, network), http, https)
+    if selection is None:
+        selection = values.selection if values else settings.runtimes.cluster_wide
+    return workload_values(settings, profile_no_proxy(settings, profile, network), http, https, selection)
 
 
 def merge_values(user: Mapping[str, Any], proxy: Mapping[str, Any]) -> Values:

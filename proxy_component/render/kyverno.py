@@ -1,26 +1,31 @@
 """An optional Kyverno ClusterPolicy that injects the proxy env into every Pod's containers.
 
-One `foreach` entry per variable and container list, each guarded by a
-precondition that the container does not set that name yet, so an existing
-variable is never overwritten (a plain strategic merge, as in Giant Swarm's
-policy, would replace it). Namespaces in `injection.excludeNamespaces`
+It carries out the decision of `render.env.additions` in Kyverno's terms, per
+container: the six proxy names are one group, so a container that sets any of
+them (or reads `proxy-config` through `envFrom`) gets nothing; otherwise it gets
+the six, and each runtime variable that its selection asks for and that it does
+not set itself. A Pod's selection is its `runtimes.annotation` when present,
+else its namespace's entry in `runtimes.namespaces`, else the cluster-wide flags;
+the NO_PROXY each spelling carries follows the python runtime. The runtime
+variables come first, then the six in one patch, so every precondition sees the
+container as the Pod asked for it. Namespaces in `injection.excludeNamespaces`
 (kube-system by default) and Pods annotated `<optOutAnnotation>: "false"` are
-skipped. Rules match Pods only (autogen is off), so workload specs in Git stay
-as written. With credentials the env reads `secretKeyRef`s, and a generate
-rule clones `proxy-config` from the proxy's namespace into every namespace.
-Ephemeral containers arrive through the `pods/ephemeralcontainers`
-subresource, which a Pod CREATE rule never sees; a rule on that subresource
-covers them.
+skipped. Rules match Pods only (autogen is off), so workload specs in Git stay as
+written. With credentials the proxy URLs are `secretKeyRef`s, and a generate rule
+clones `proxy-config` from the proxy's namespace into every namespace. Ephemeral
+containers arrive through the `pods/ephemeralcontainers` subresource, which a Pod
+CREATE rule never sees; a rule on that subresource covers them.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from ..settings import Settings
-from .env import CONFIG_NAME, ProxyValues, pod_env
+from ..settings import RUNTIMES, Runtime, Settings
+from .env import CONFIG_NAME, ENV_NAMES, RUNTIME_VARIABLES, ProxyValues, pod_env
 
-__all__ = ["POLICY_NAME", "cluster_policy"]
+__all__ = ["POLICY_NAME", "cluster_policy", "selected_expression"]
 
 Obj = dict[str, Any]
 
@@ -33,17 +38,61 @@ _LISTS = (
 )
 
 
-def _foreach(field: str, entry: Obj) -> Obj:
-    name = entry["name"]
+def _literal(value: Any) -> str:
+    """A JMESPath literal (backticks around JSON)."""
+    return f"`{json.dumps(value, separators=(',', ':'))}`"
+
+
+def selected_expression(settings: Settings, runtime: Runtime) -> str:
+    """A JMESPath expression, true when the Pod's selection holds `runtime`: its annotation lists it, or it has
+    no annotation and its namespace (else the cluster) selects it."""
+    r = settings.runtimes
+    chosen = f"(request.object.metadata.annotations.\"{r.annotation}\" || join('', ['@', request.namespace]))"
+    listed = f"contains(split({chosen}, ','), '{runtime}')"
+    if runtime in r.cluster_wide:
+        off = sorted(f"@{ns}" for ns, runtimes in r.namespaces.items() if runtime not in runtimes)
+        unset = f"starts_with({chosen}, '@')"
+        return f"{listed} || ({unset} && !contains({_literal(off)}, {chosen}))" if off else f"{listed} || {unset}"
+    on = sorted(f"@{ns}" for ns, runtimes in r.namespaces.items() if runtime in runtimes)
+    return f"{listed} || contains({_literal(on)}, {chosen})" if on else listed
+
+
+def _is(settings: Settings, runtime: Runtime, wanted: bool) -> Obj:
+    return {"key": f"{{{{ {selected_expression(settings, runtime)} }}}}", "operator": "Equals", "value": wanted}
+
+
+def _count(expression: str) -> Obj:
+    return {"key": f"{{{{ {expression} || `[]` | length(@) }}}}", "operator": "Equals", "value": 0}
+
+
+def _no_proxy_names() -> list[Obj]:
+    """The container sets none of the six in `env` and reads no `proxy-config` through `envFrom`."""
+    return [
+        _count(f"element.env[?contains({_literal(list(ENV_NAMES))}, name)]"),
+        _count(f"element.envFrom[?configMapRef.name=='{CONFIG_NAME}' || secretRef.name=='{CONFIG_NAME}']"),
+    ]
+
+
+def _foreach(field: str, conditions: list[Obj], env: list[Obj]) -> Obj:
     return {
         "list": f"request.object.spec.{field}",
-        "preconditions": {
-            "all": [
-                {"key": f"{{{{ element.env[?name=='{name}'] || `[]` | length(@) }}}}", "operator": "Equals", "value": 0}
-            ]
-        },
-        "patchStrategicMerge": {"spec": {field: [{"(name)": "{{ element.name }}", "env": [entry]}]}},
+        "preconditions": {"all": conditions},
+        "patchStrategicMerge": {"spec": {field: [{"(name)": "{{ element.name }}", "env": env}]}},
     }
+
+
+def _foreaches(settings: Settings, values: ProxyValues, field: str) -> list[Obj]:
+    """The runtime variables first (each when selected and not set), then the six (NO_PROXY per python)."""
+    out = []
+    everything = {entry["name"]: entry for entry in pod_env(settings, values.select(RUNTIMES))}
+    for runtime, name in RUNTIME_VARIABLES.items():
+        if name in everything:
+            own = _count(f"element.env[?name=='{name}']")
+            out.append(_foreach(field, [*_no_proxy_names(), own, _is(settings, runtime, True)], [everything[name]]))
+    for python in (False, True):
+        six = [e for e in pod_env(settings, values.select(["python"] if python else [])) if e["name"] in ENV_NAMES]
+        out.append(_foreach(field, [*_no_proxy_names(), _is(settings, "python", python)], six))
+    return out
 
 
 def _exclusions(settings: Settings, kind: str) -> Obj:
@@ -57,7 +106,7 @@ def _exclusions(settings: Settings, kind: str) -> Obj:
     }
 
 
-def _inject_rule(settings: Settings, env: list[Obj], field: str, kind: str, always_present: bool) -> Obj:
+def _inject_rule(settings: Settings, values: ProxyValues, field: str, kind: str, always_present: bool) -> Obj:
     rule: Obj = {
         "name": f"inject-{field.lower()}",
         "match": {"any": [{"resources": {"kinds": [kind]}}]},
@@ -74,7 +123,7 @@ def _inject_rule(settings: Settings, env: list[Obj], field: str, kind: str, alwa
                 }
             ]
         }
-    rule["mutate"] = {"foreach": [_foreach(field, entry) for entry in env]}
+    rule["mutate"] = {"foreach": _foreaches(settings, values, field)}
     return rule
 
 
@@ -101,10 +150,9 @@ def _clone_rule(settings: Settings) -> Obj:
 
 
 def cluster_policy(settings: Settings, values: ProxyValues) -> Obj:
-    """The ClusterPolicy; `values` are used as literals only when the URLs carry no credentials."""
-    env = pod_env(settings, values)
+    """The ClusterPolicy; `values` are used as literals except for credentialed URLs (whatever their selection)."""
     rules = [_clone_rule(settings)] if settings.has_credentials else []
-    rules += [_inject_rule(settings, env, field, kind, present) for field, kind, present in _LISTS]
+    rules += [_inject_rule(settings, values, field, kind, present) for field, kind, present in _LISTS]
     return {
         "apiVersion": "kyverno.io/v1",
         "kind": "ClusterPolicy",
@@ -113,8 +161,9 @@ def cluster_policy(settings: Settings, values: ProxyValues) -> Obj:
             "annotations": {
                 "policies.kyverno.io/title": "Inject HTTP proxy environment",
                 "policies.kyverno.io/description": (
-                    "Adds HTTP_PROXY, HTTPS_PROXY and NO_PROXY (both spellings) to every container that does "
-                    "not set them, outside the excluded namespaces and unless the Pod opts out."
+                    "Adds HTTP_PROXY, HTTPS_PROXY and NO_PROXY (both spellings) to every container that sets none "
+                    "of them, and the runtime variables its Pod selects, outside the excluded namespaces and "
+                    "unless the Pod opts out."
                 ),
                 "pod-policies.kyverno.io/autogen-controllers": "none",
             },

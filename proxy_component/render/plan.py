@@ -141,7 +141,8 @@ def plan(settings: Settings, inputs: PlanInputs) -> list[Planned]:
     for spec in settings.helm_values_secrets:
         name = values_secret_name(spec)
         helm = inputs.helm_values or functools.partial(profile_values, settings, values=inputs.values)
-        text = inputs.text(functools.partial(values_yaml, spec.profile), helm(spec.profile))
+        selected = helm(spec.profile).select(settings.runtimes.cluster_wide if spec.runtimes is None else spec.runtimes)
+        text = inputs.text(functools.partial(values_yaml, spec.profile), selected)
         planned.append(
             Planned(
                 f"helm-values/{spec.namespace}/{name}",

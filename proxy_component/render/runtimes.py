@@ -3,11 +3,16 @@
 - Python: httpx raises ``InvalidURL`` when a client is created with an IPv6 CIDR
   in NO_PROXY, and no Python client matches IPv6 CIDRs anyway, so
   `python_no_proxy` is the list without them (`NO_PROXY_PYTHON` in proxy-config).
-- Java ignores the ``*_proxy`` variables: `java_tool_options` gives the JVM the
+- Java ignores the ``*_proxy`` variables: `java_options` gives the JVM the
   proxy as system properties, with ``http.nonProxyHosts`` (``|``-separated,
   ``*`` only at the start or end, no CIDRs and no ports). An IPv4 CIDR becomes
   the octet-aligned prefixes that cover it exactly (``10.96.*``); what Java
-  cannot express is returned in `JavaOptions.uncovered`.
+  cannot express is returned in `JavaOptions.uncovered`. The value goes into
+  ``JDK_JAVA_OPTIONS``, which the ``java`` launcher (JDK 9 and later) reads
+  beside ``JAVA_TOOL_OPTIONS``: a workload's own ``JAVA_TOOL_OPTIONS`` (an APM
+  agent, heap flags) is never written, so no consumer can replace it. It is
+  not rendered when the proxy needs credentials or is an ``https://`` URL
+  (`JavaOptions.skipped` says why).
 - Node >= 24 reads the variables only with ``NODE_USE_ENV_PROXY=1``.
 """
 
@@ -18,18 +23,20 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from ..noproxy import Entry, Kind, NoProxy
+from ..settings import redact_url
 
 __all__ = [
-    "JAVA_TOOL_OPTIONS",
+    "JDK_JAVA_OPTIONS",
     "NODE_USE_ENV_PROXY",
     "NO_PROXY_PYTHON",
     "JavaOptions",
     "java_non_proxy_hosts",
-    "java_tool_options",
+    "java_options",
+    "java_skip_reason",
     "python_no_proxy",
 ]
 
-JAVA_TOOL_OPTIONS = "JAVA_TOOL_OPTIONS"
+JDK_JAVA_OPTIONS = "JDK_JAVA_OPTIONS"
 NODE_USE_ENV_PROXY = "NODE_USE_ENV_PROXY"
 NO_PROXY_PYTHON = "NO_PROXY_PYTHON"
 
@@ -44,10 +51,11 @@ def python_no_proxy(no_proxy: NoProxy) -> str:
 
 @dataclass(frozen=True)
 class JavaOptions:
-    """The JAVA_TOOL_OPTIONS value and the NO_PROXY entries Java cannot express, each with why."""
+    """The JDK_JAVA_OPTIONS value (None when `skipped` says why not) and the entries Java cannot express."""
 
-    value: str
+    value: str | None
     uncovered: tuple[str, ...]
+    skipped: str = ""
 
 
 def _ipv4_prefixes(network: ipaddress.IPv4Network) -> list[str] | None:
@@ -103,14 +111,35 @@ def _host_port(url: str) -> tuple[str, int]:
     return parts.hostname or "", parts.port or default
 
 
-def java_tool_options(http_proxy: str, https_proxy: str, no_proxy: NoProxy) -> JavaOptions:
-    """JAVA_TOOL_OPTIONS for a JVM: proxy host and port per scheme, and nonProxyHosts from the composed entries.
+def java_skip_reason(http_proxy: str, https_proxy: str) -> str:
+    """Why the JVM cannot be given these proxy URLs as system properties, or "" when it can."""
+    for url in (http_proxy, https_proxy):
+        parts = urlsplit(url)
+        if parts.username is not None:
+            return (
+                "the proxy needs credentials, which the JVM takes from no system property (it would get 407 Proxy "
+                "Authentication Required, and the JDK disables Basic authentication for HTTPS tunnels): give JVMs a "
+                "proxy without credentials, e.g. the in-cluster tinyproxy with proxy.upstream holding them"
+            )
+        if parts.scheme == "https":
+            return (
+                f"the proxy URL {redact_url(url)} is https://, and the JVM speaks plain HTTP to a proxy (it would send "
+                "plain requests to port 443): give JVMs an http:// proxy"
+            )
+    return ""
 
-    Credentials in the URLs are not passed: the JVM takes none from system properties.
+
+def java_options(http_proxy: str, https_proxy: str, no_proxy: NoProxy) -> JavaOptions:
+    """JDK_JAVA_OPTIONS for a JVM: proxy host and port per scheme, and nonProxyHosts from the composed entries.
+
+    Not rendered (value None) when the proxy needs credentials or speaks TLS: see `java_skip_reason`.
     """
+    patterns, uncovered = java_non_proxy_hosts(no_proxy)
+    skipped = java_skip_reason(http_proxy, https_proxy)
+    if skipped:
+        return JavaOptions(None, tuple(uncovered), skipped)
     http_host, http_port = _host_port(http_proxy)
     https_host, https_port = _host_port(https_proxy)
-    patterns, uncovered = java_non_proxy_hosts(no_proxy)
     words = [
         f"-Dhttp.proxyHost={http_host}",
         f"-Dhttp.proxyPort={http_port}",

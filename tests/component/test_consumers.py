@@ -137,7 +137,13 @@ def test_with_credentials_every_carrier_is_a_secret(mocked: Harness) -> None:
     policy = next(r for r in registered if r.typ == POLICY)
     rules = policy.inputs["spec"]["rules"]
     assert rules[0]["generate"]["clone"] == {"namespace": "kube-system", "name": "proxy-config"}
-    env = rules[1]["mutate"]["foreach"][0]["patchStrategicMerge"]["spec"]["containers"][0]["env"][0]
+    foreach = rules[1]["mutate"]["foreach"]
+    env = next(
+        e
+        for f in foreach
+        for e in f["patchStrategicMerge"]["spec"]["containers"][0]["env"]
+        if e["name"] == "HTTP_PROXY"
+    )
     assert env == {"name": "HTTP_PROXY", "valueFrom": {"secretKeyRef": {"name": "proxy-config", "key": "HTTP_PROXY"}}}
     # The clone source exists: proxy-config is also a Secret in the proxy's namespace.
     assert {r.inputs["metadata"]["namespace"] for r in registered if r.name.startswith("egress-proxy-config-")} == {

@@ -2,7 +2,7 @@
 
 For each example (the two YAML examples and the clusters the stack-per-cluster
 examples discover), the environment workloads get (`explain.workload_env`: both
-spellings, NODE_USE_ENV_PROXY, JAVA_TOOL_OPTIONS) is handed to the 16 real
+spellings, with the java and node runtimes: NODE_USE_ENV_PROXY, JDK_JAVA_OPTIONS) is handed to the 16 real
 clients of `tests/integration/real_clients` (curl, wget, Python urllib, requests,
 httpx, aiohttp, Go, Ruby, proxy-from-env 1 and 2, undici 7 and 8, npm's agent,
 Node 24 http and fetch, Java's ProxySelector) on the representative destinations
@@ -13,79 +13,15 @@ functions where a client has one, else a network namespace with only `lo`.
 
 from __future__ import annotations
 
-from functools import cache
-from pathlib import Path
-
 import pytest
 
 from proxy_component.clients import CLIENT_IDS
 from proxy_component.explain import destinations, evaluate, workload_env
 from proxy_component.render.runtimes import NO_PROXY_PYTHON
-from proxy_component.settings import NetworkValues, Settings, load_settings, parse_settings
+from proxy_component.settings import NetworkValues, Settings
+from tests.examples import EXAMPLES, EXTRA_URLS, example
 from tests.integration.real_clients import REAL_CLIENTS, decide_many
 from tests.integration.real_clients.compare import mismatches
-
-ROOT = Path(__file__).resolve().parents[2]
-
-# What discovery gives for the examples' clusters (the shapes the discovery tests assert), with their settings.
-CLOUD_EXAMPLES: dict[str, tuple[dict[str, object], NetworkValues]] = {
-    "eks-prod": (
-        {
-            "cluster": {"cloud": "aws", "region": "eu-west-1"},
-            "proxy": {"upstream": {"url": "http://proxy.corp.example:3128"}, "noProxy": [".corp.example"]},
-            "namespaces": ["default", "apps"],
-        },
-        NetworkValues(
-            origin="eks:prod",
-            service_cidrs=["172.20.0.0/16"],
-            pod_cidrs=["10.0.0.0/16"],
-            node_cidrs=["10.0.0.0/16"],
-            api_server_hosts=["https://ABCDEF.gr7.eu-west-1.eks.amazonaws.com"],
-        ),
-    ),
-    "gke-prod": (
-        {"cluster": {"cloud": "gcp"}, "namespaces": ["default"]},
-        NetworkValues(
-            origin="gke:prod",
-            service_cidrs=["34.118.224.0/20"],
-            pod_cidrs=["10.4.0.0/14"],
-            node_cidrs=["10.132.0.0/20"],
-            api_server_ips=["10.132.0.2"],
-        ),
-    ),
-    "aks-prod": (
-        {"cluster": {"cloud": "azure", "nodeCidrs": ["10.224.0.0/16"]}, "namespaces": ["default"]},
-        NetworkValues(
-            origin="aks:prod-aks",
-            service_cidrs=["10.0.0.0/16"],
-            pod_cidrs=["10.244.0.0/16"],
-            api_server_hosts=["prod-aks-dns-1a2b3c.hcp.westeurope.azmk8s.io"],
-        ),
-    ),
-}
-EXAMPLES = ("ipv6-only", "corporate-proxy", *CLOUD_EXAMPLES)
-
-# Beyond the representative destinations: subdomains, look-alikes, ports, https, upper-case hosts.
-EXTRA_URLS = (
-    "http://api.example.com/",
-    "http://notexample.com/",
-    "http://example.com:8080/",
-    "https://github.com/",
-    "http://registry.npmjs.org:80/",
-    "http://my-svc.default.svc:8080/",
-    "http://a.b.corp.example/",
-    "http://10.96.0.1:6443/",
-    "http://[fd00:10:96::1]:443/",
-    "http://169.254.169.254/latest/meta-data/",
-)
-
-
-@cache
-def example(name: str) -> tuple[Settings, NetworkValues | None]:
-    if name in CLOUD_EXAMPLES:
-        data, network = CLOUD_EXAMPLES[name]
-        return parse_settings(data), network
-    return load_settings(str(ROOT / "examples" / name / "proxy.yaml")), None
 
 
 def _urls(settings: Settings, network: NetworkValues | None) -> list[str]:
@@ -102,7 +38,7 @@ def test_the_real_clients_are_the_modelled_ones() -> None:
 def test_the_model_predicts_every_real_decision(name: str) -> None:
     settings, network = example(name)
     no_proxy = settings.no_proxy(network)
-    env = workload_env(settings, no_proxy)
+    env = workload_env(settings, no_proxy, {"java", "node"})
     urls = _urls(settings, network)
     differ = mismatches(env, urls, REAL_CLIENTS)
     assert not differ, f"{name}: NO_PROXY={no_proxy}\n" + "\n".join(differ)
@@ -113,10 +49,9 @@ def test_python_clients_with_no_proxy_python(name: str) -> None:
     """NO_PROXY_PYTHON in both spellings: no Python client errors, and the model still predicts each decision."""
     settings, network = example(name)
     no_proxy = settings.no_proxy(network)
-    env = workload_env(settings, no_proxy)
-    python = dict(env)
+    python = workload_env(settings, no_proxy, {"python"})
     python_value = next(v for k, v in _proxy_config(settings, network).items() if k == NO_PROXY_PYTHON)
-    python["NO_PROXY"] = python["no_proxy"] = python_value
+    assert python["NO_PROXY"] == python["no_proxy"] == python_value
     pythons = tuple(c for c in REAL_CLIENTS if c.startswith("python-"))
     urls = _urls(settings, network)
     real = decide_many(python, urls, pythons)
@@ -142,21 +77,25 @@ def test_every_cell_that_misses_its_intent_is_explained(name: str) -> None:
     assert cells
     for cell in cells:
         assert (cell.warning == "") == (cell.decision == cell.intended), cell
-    # The external host goes through the proxy for every client but an erroring one.
+    # The external host goes through the proxy for every client, but those that need a runtime nothing selects
+    # by default (the JVM, Node 24's http and fetch), whose cells say how to select it.
     external = [c for c in cells if c.url == "http://github.com/"]
-    assert {c.decision for c in external} <= {"proxy", "error"}
+    needs_runtime = {"java", "node-http", "node-fetch"}
+    assert {c.decision for c in external if c.client not in needs_runtime} == {"proxy"}
+    assert all("select the" in c.warning for c in external if c.client in needs_runtime)
 
 
 @pytest.mark.parametrize("name", ["corporate-proxy", "eks-prod", "gke-prod", "aks-prod"])
-def test_a_real_jvm_with_the_rendered_java_tool_options_does_what_is_intended(name: str) -> None:
-    """IPv4 clusters: the JVM, configured only by JAVA_TOOL_OPTIONS, bypasses every in-cluster destination it
+def test_a_real_jvm_with_the_rendered_jdk_java_options_does_what_is_intended(name: str) -> None:
+    """IPv4 clusters: the JVM, configured only by JDK_JAVA_OPTIONS, bypasses every in-cluster destination it
     can be told about (names, the octet prefixes of the IPv4 CIDRs) and proxies the external hosts."""
     from proxy_component.explain import intent
 
     settings, network = example(name)
     no_proxy = settings.no_proxy(network)
-    env = workload_env(settings, no_proxy)
-    assert "-Dhttp.nonProxyHosts=" in env["JAVA_TOOL_OPTIONS"]
+    env = workload_env(settings, no_proxy, {"java"})
+    assert "-Dhttp.nonProxyHosts=" in env["JDK_JAVA_OPTIONS"]
+    assert "JAVA_TOOL_OPTIONS" not in env
     short = {"http://my-svc/", *(f"http://my-svc.{ns}/" for ns in ("default", *settings.namespaces))}
     urls = [u for u in _urls(settings, network) if u not in short]
     real = decide_many(env, urls, ("java",))["java"]

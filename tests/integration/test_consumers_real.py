@@ -18,6 +18,7 @@ from jsonschema import Draft7Validator
 from proxy_component.render import capi_manifests, capi_patches, manifests, plain_values
 from proxy_component.render.kustomize import json_patch, kustomization
 from proxy_component.render.kyverno import cluster_policy
+from proxy_component.render.runtimes import python_no_proxy
 from proxy_component.settings import Settings, parse_settings
 from proxy_component.transform import proxy_env_transform
 from tests.conftest import ROOT, SEEDS
@@ -114,10 +115,8 @@ def test_workloads_after_the_transform_pass_kubernetes_validate(
     else:
         spec = {**spec, "jobTemplate": {"spec": {"template": template}}}
     obj = {"apiVersion": api_version, "kind": kind, "metadata": {"name": "w", "namespace": "apps"}, "spec": spec}
-    values = plain_values(PLAIN)
-    env = [{"name": n, "value": v} for n, v in (("HTTP_PROXY", values.http_proxy), ("NO_PROXY", values.no_proxy))]
     token = f"kubernetes:{api_version}:{kind}"
-    result = proxy_env_transform(PLAIN, env)(
+    result = proxy_env_transform(PLAIN, plain_values(PLAIN))(
         pulumi.ResourceTransformArgs(custom=True, type_=token, name="w", props=obj, opts=pulumi.ResourceOptions())
     )
     assert result is not None
@@ -180,5 +179,6 @@ def test_kubectl_kustomize_applies_the_strategic_merge_patch_by_container_name(t
     # The sidecar is not container 0 and has no env at all: the JSON patch could not reach it.
     built = _kustomize(tmp_path, PLAIN, container="sidecar")
     env = _env_of(built, "sidecar")
-    assert env["NO_PROXY"] == env["no_proxy"] == str(PLAIN.no_proxy())
+    assert env["NO_PROXY"] == str(PLAIN.no_proxy())
+    assert env["no_proxy"] == python_no_proxy(PLAIN.no_proxy())
     assert _env_of(built, "my-app") == {"OTHER": "x"}

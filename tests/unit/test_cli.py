@@ -88,8 +88,10 @@ def test_explain_lists_origins_renderings_the_table_and_each_warning(capsys: pyt
     no_proxy = settings.no_proxy()
     python = [line for line in out.splitlines() if line.startswith("NO_PROXY_PYTHON")]
     kept = [t for t in str(no_proxy).split(",") if t != "fd00::/8" and not t.startswith("[")]
-    assert python == [f"NO_PROXY_PYTHON (Python workloads): {','.join(kept)}"]
-    assert "JAVA_TOOL_OPTIONS: -Dhttp.proxyHost=http-proxy.kube-system.svc.k8s.internal" in out
+    assert python == [
+        f"NO_PROXY_PYTHON (no_proxy of every workload; NO_PROXY too with the python runtime): {','.join(kept)}"
+    ]
+    assert "JDK_JAVA_OPTIONS (java runtime): -Dhttp.proxyHost=http-proxy.kube-system.svc.k8s.internal" in out
     assert "not for Java: fd00::/8" in out
     header = out[out.index("┏") : out.index("┡")]
     for client_id in CLIENT_IDS:  # each column header holds the id's parts, one per line
@@ -98,7 +100,9 @@ def test_explain_lists_origins_renderings_the_table_and_each_warning(capsys: pyt
     assert expected, "the IPv6-only example has cells that miss their intent"
     shown = [line for line in out.splitlines() if line.startswith("[")]
     assert shown == [f"[{n}] {line}" for n, line in enumerate(expected, 1)]
-    assert any("Python httpx" not in line and "NO_PROXY_PYTHON" in line for line in shown)
+    # The default injection gives no_proxy the Python-safe list: no cell is an error any more.
+    assert not any("InvalidURL" in line for line in shown)
+    assert any("select the java runtime" in line for line in shown)
 
 
 def test_explain_json_has_one_cell_per_destination_and_client(capsys: pytest.CaptureFixture[str]) -> None:
@@ -114,7 +118,7 @@ def test_explain_json_has_one_cell_per_destination_and_client(capsys: pytest.Cap
     assert all(set(c) == {"url", "client", "decision", "intended", "warning"} for c in cells)
     assert all((c["warning"] == "") == (c["decision"] == c["intended"]) for c in cells)
     assert cells == [c.as_dict() for c in evaluate(settings, settings.no_proxy())]
-    assert {c["decision"] for c in cells} == {"bypass", "proxy", "error"}
+    assert {c["decision"] for c in cells} == {"bypass", "proxy"}, "no client raises with the default injection"
 
 
 def test_explain_json_with_urls_judges_exactly_those(capsys: pytest.CaptureFixture[str]) -> None:
@@ -300,3 +304,23 @@ def test_capi_patches_say_they_are_patches(tmp_path: Path, capsys: pytest.Captur
     assert "replaces them whole" in out
     assert main(["render", str(config), "--format", "capi"]) == 0
     assert "Kubeadm" not in capsys.readouterr().out
+
+
+def test_explain_says_why_jvms_get_no_proxy_with_credentials(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "proxy.yaml"
+    config.write_text(
+        "proxy: {httpProxy: 'http://u:hunter2@proxy.corp:3128'}\ncluster: {podCidrs: [10.244.0.0/16]}\n"
+        "runtimes: {java: true}\n"
+    )
+    assert main(["explain", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert "hunter2" not in out
+    assert (
+        "JDK_JAVA_OPTIONS (java runtime): not rendered, so JVMs get no proxy: the proxy needs credentials, which "
+        "the JVM takes from no system property (it would get 407 Proxy Authentication Required, and the JDK "
+        "disables Basic authentication for HTTPS tunnels): give JVMs a proxy without credentials, e.g. the "
+        "in-cluster tinyproxy with proxy.upstream holding them"
+    ) in out
+    assert "JVMs ignore the *_proxy variables, and JDK_JAVA_OPTIONS is not rendered: the proxy needs credentials" in out

@@ -21,6 +21,10 @@ public class Decide {
     public static void main(String[] args) {
         StringBuilder out = new StringBuilder("{\"version\": ");
         out.append(quote(System.getProperty("java.vm.name") + " " + Runtime.version()));
+        // What the JVM made of the rest of its options: a workload's own heap flag and -D properties must survive.
+        out.append(", \"maxHeap\": ").append(Runtime.getRuntime().maxMemory());
+        String marker = System.getProperty("workload.marker");
+        out.append(", \"marker\": ").append(marker == null ? "null" : quote(marker));
         out.append(", \"decisions\": {");
         ProxySelector selector = ProxySelector.getDefault();
         for (int i = 0; i < args.length; i++) {
