@@ -103,18 +103,26 @@ def timed(project: Project, *args: str) -> float:
     return time.perf_counter() - start
 
 
-def measure(kind: str, n: int, repeat: int, engine: Path, venv: Path) -> dict[str, float]:
+def run_once(kind: str, n: int, engine: Path, venv: Path) -> tuple[float, float]:
+    """One fresh stack of `kind`: (preview seconds, up seconds)."""
     make = component_project if kind == "component" else baseline_project
-    previews, ups = [], []
-    for i in range(repeat):
-        with tempfile.TemporaryDirectory(prefix=f"bench-{kind}-{n}-") as tmp:
-            work = Path(tmp) / f"run{i}"
-            work.mkdir()
-            project = make(work, engine, venv, n)
-            previews.append(timed(project, "preview"))
-            ups.append(timed(project, "up", "--yes", "--skip-preview"))
-    log(f"  {kind:9} n={n:<4} preview {statistics.median(previews):6.2f}s  up {statistics.median(ups):6.2f}s")
-    return {"preview": statistics.median(previews), "up": statistics.median(ups)}
+    with tempfile.TemporaryDirectory(prefix=f"bench-{kind}-{n}-") as tmp:
+        project = make(Path(tmp), engine, venv, n)
+        return timed(project, "preview"), timed(project, "up", "--yes", "--skip-preview")
+
+
+def measure(n: int, repeat: int, engine: Path, venv: Path) -> dict[str, dict[str, float]]:
+    """Both programs, alternating run by run, so that both see the same machine state: medians per program."""
+    times: dict[str, dict[str, list[float]]] = {k: {"preview": [], "up": []} for k in ("component", "baseline")}
+    for _ in range(repeat):
+        for kind in ("component", "baseline"):
+            preview, up = run_once(kind, n, engine, venv)
+            times[kind]["preview"].append(preview)
+            times[kind]["up"].append(up)
+    medians = {k: {op: statistics.median(v) for op, v in ops.items()} for k, ops in times.items()}
+    for kind, m in medians.items():
+        log(f"  {kind:9} n={n:<4} preview {m['preview']:6.2f}s  up {m['up']:6.2f}s")
+    return medians
 
 
 def main() -> None:
@@ -127,9 +135,8 @@ def main() -> None:
     venv = build_engine_venv()
     rows: list[dict[str, Any]] = []
     for n in args.sizes:
-        # Interleaved per size, so that both see the same machine state.
-        component = measure("component", n, args.repeat, engine, venv)
-        baseline = measure("baseline", n, args.repeat, engine, venv)
+        medians = measure(n, args.repeat, engine, venv)
+        component, baseline = medians["component"], medians["baseline"]
         rows.append(
             {
                 "namespaces": n,

@@ -11,7 +11,14 @@ import pulumi_kubernetes as k8s
 from proxy_component import ClusterProxy, ClusterProxyArgs
 
 config = pulumi.Config()
-provider = k8s.Provider("cluster", kubeconfig=config.require_secret("kubeconfig"))
+# Mutable ConfigMaps and Secrets: otherwise pulumi-kubernetes replaces proxy-config (deletes, then recreates it)
+# whenever a setting changes what it holds.
+provider = k8s.Provider(
+    "cluster",
+    kubeconfig=config.require_secret("kubeconfig"),
+    enable_config_map_mutable=True,
+    enable_secret_mutable=True,
+)
 k8s_opts = pulumi.ResourceOptions(provider=provider)
 
 apps = k8s.core.v1.Namespace("apps", metadata={"name": "apps"}, opts=k8s_opts)

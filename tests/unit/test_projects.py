@@ -7,6 +7,7 @@ namespace, with neither `default` nor `value`, required in every stack: `pulumi 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -42,3 +43,13 @@ def test_only_keys_the_program_requires_are_required(path: Path) -> None:
     program = (ROOT / path.parent / "__main__.py").read_text()
     for key in required:
         assert f'require("{key}")' in program or f'require_secret("{key}")' in program, f"{path}: {key}"
+
+
+def test_the_changelog_opens_with_the_version_pyproject_declares() -> None:
+    """A released version is the top heading; an unreleased one is `X.Y.Z (unreleased)` and `X.Y.Z.dev0`."""
+    version = re.search(r'^version = "([^"]+)"$', (ROOT / "pyproject.toml").read_text(), re.M)
+    heading = re.search(r"^## (\S+)( \(unreleased\))?$", (ROOT / "CHANGELOG.md").read_text(), re.M)
+    assert version is not None
+    assert heading is not None
+    expected = f"{heading.group(1)}.dev0" if heading.group(2) else heading.group(1)
+    assert version.group(1) == expected
