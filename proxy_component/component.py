@@ -24,9 +24,9 @@ from .render.env import ENV_NAMES, ProxyValues, env_names, env_vars, workload_va
 from .render.helm import PROFILES, helm_values, profile_no_proxy
 from .render.helm import merge_values as _merge_plain
 from .render.kustomize import kustomization
-from .render.proxy import config_digest, ip_family_fields, tinyproxy_conf
+from .render.proxy import config_digest, firewall_rules, ip_family_fields, tinyproxy_conf
 from .render.runtimes import JAVA_TOOL_OPTIONS, NODE_USE_ENV_PROXY
-from .settings import Settings, SettingsError, infer_ip_family, parse_settings
+from .settings import NetworkValues, Settings, SettingsError, infer_ip_family, parse_settings
 
 __all__ = ["ClusterNetwork", "ClusterProxy", "ClusterProxyArgs", "merge_values"]
 
@@ -105,7 +105,10 @@ class ClusterProxy(pulumi.ComponentResource):
         conf: pulumi.Output[str] = composed.apply(lambda c: tinyproxy_conf(settings, c[1]))
         if settings.proxy.upstream is not None and settings.proxy.upstream.credentials is not None:
             conf = pulumi.Output.secret(conf)
-        digest = pulumi.Output.unsecret(conf.apply(lambda text: config_digest(settings, text)))
+        firewall = composed.apply(lambda c: c[2])
+        digest = pulumi.Output.unsecret(
+            pulumi.Output.all(conf, firewall).apply(lambda both: config_digest(settings, both[0], both[1]))
+        )
         network_values = network.values() if network is not None else None
 
         def profile_values(profile: str) -> ProxyValues:
@@ -125,6 +128,7 @@ class ClusterProxy(pulumi.ComponentResource):
             text=lambda build, v: _plain(v).apply(build),
             ip_fields=self._ip_fields(settings, network) if settings.deployment.enabled else None,
             helm_values=profile_values,
+            firewall=firewall,
         )
         self._workload_values = values
         for planned in plan(settings, inputs):
@@ -214,11 +218,15 @@ class ClusterProxy(pulumi.ComponentResource):
         return str(composed)
 
     @staticmethod
-    def _compose(settings: Settings, network: ClusterNetwork | None) -> pulumi.Output[tuple[NoProxy, list[str]]]:
-        """NO_PROXY and tinyproxy's Allow list, from the settings plus the network's Outputs once known."""
+    def _compose(settings: Settings, network: ClusterNetwork | None) -> pulumi.Output[tuple[NoProxy, list[str], str]]:
+        """NO_PROXY, tinyproxy's Allow list and its firewall, from the settings plus the network's Outputs once known."""
+
+        def compose(values: NetworkValues | None) -> tuple[NoProxy, list[str], str]:
+            return (settings.no_proxy(values), settings.allowed_sources(values), firewall_rules(settings, values))
+
         if network is None:
-            return pulumi.Output.from_input((settings.no_proxy(), settings.allowed_sources()))
-        return network.values().apply(lambda values: (settings.no_proxy(values), settings.allowed_sources(values)))
+            return pulumi.Output.from_input(compose(None))
+        return network.values().apply(compose)
 
     def _register(
         self, name: str, planned: Planned, management: pulumi.ProviderResource | None

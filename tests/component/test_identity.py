@@ -30,7 +30,10 @@ CHANGES: dict[str, dict[str, Any]] = {
     "credentials": {"proxy-component:proxy": {"upstream": {"url": "http://u:p@proxy.corp:3128"}}},
     "helm values Secrets": {"proxy-component:helmValuesSecrets": [{"profile": "argo-cd", "namespace": "argocd"}]},
     "no firewall, control plane": {
-        "proxy-component:deployment": {"firewall": {"enabled": False}, "controlPlane": True}
+        "proxy-component:deployment": {
+            "firewall": {"enabled": False, "allowClusterDestinations": True},
+            "controlPlane": True,
+        }
     },
     "another pod CIDR": {"proxy-component:cluster": {**DEV["proxy-component:cluster"], "podCidrs": ["fd00:20::/56"]}},
 }
@@ -90,7 +93,8 @@ def test_capi_from_a_stack_needs_the_management_cluster(mocked: Harness) -> None
     try:
         # A RunError: the engine prints its message alone, with no Python stack trace (tests/engine).
         with pytest.raises(
-            pulumi.RunError, match=r"invalid settings:\n  proxy-component:capi: .* \(expected proxy-component:managementKubeconfig"
+            pulumi.RunError,
+            match=r"invalid settings:\n  proxy-component:capi: .* \(expected proxy-component:managementKubeconfig",
         ):
             mocked.program(main)
     finally:

@@ -332,7 +332,7 @@ def test_the_kernel_rules_alone_refuse_every_spelling_and_name(lab: Lab) -> None
 
 def test_the_filter_alone_refuses_every_literal_spelling_but_not_names(lab: Lab) -> None:
     """The Filter is a second layer: it catches every literal spelling, and cannot see where a name resolves."""
-    run = lab.proxy(_settings(firewall={"enabled": False}), CASES)
+    run = lab.proxy(_settings(firewall={"enabled": False, "allowClusterDestinations": True}), CASES)
     literals = [c for c in CASES if c.kind == "literal" and c.cls != "node"]
     assert _reached(run, literals) == {}
     # What only the kernel rules stop: the node's own addresses (no static pattern knows them) and names.
@@ -351,7 +351,9 @@ def test_without_either_layer_the_lab_reaches_the_node(lab: Lab) -> None:
     """The control: with no Filter and no firewall the same requests do reach the node, so the tests can fail."""
     hosts = ["127.0.0.1", "0177.1", "[0::1]", "self.test", "169.254.169.254", "0xa9fea9fe"]
     cases = [Case(f"c{i}", host, "literal") for i, host in enumerate(hosts)]
-    run = lab.proxy(_settings(denyDestinations=[], firewall={"enabled": False}), cases)
+    run = lab.proxy(
+        _settings(denyDestinations=[], firewall={"enabled": False, "allowClusterDestinations": True}), cases
+    )
     assert set(_reached(run, cases)) == set(hosts)
     assert {row["local"] for row in run.node_seen} >= {"127.0.0.1", "::1", NODE_V4}
     assert {row["local"] for row in run.outside_seen} == {"169.254.169.254"}

@@ -60,7 +60,9 @@ def test_digest_is_scrypt_only_when_the_config_holds_credentials() -> None:
     conf = "Port 8888\n"
     content = "\0".join((conf, tinyproxy_filter(plain), firewall_rules(plain))).encode()
     assert config_digest(plain, conf) == hashlib.sha256(content).hexdigest()
-    no_firewall = parse_settings({"cluster": CLUSTER, "deployment": {"firewall": {"enabled": False}}})
+    no_firewall = parse_settings(
+        {"cluster": CLUSTER, "deployment": {"firewall": {"enabled": False, "allowClusterDestinations": True}}}
+    )
     assert config_digest(no_firewall, conf) != config_digest(plain, conf)
     scrypt = hashlib.scrypt(content, salt=b"proxy-component/tinyproxy.conf", n=2**14, r=8, p=1, dklen=32)
     assert config_digest(secret, conf) == scrypt.hex()
@@ -119,12 +121,16 @@ def test_the_firewall_init_container_is_root_with_net_admin_only() -> None:
     settings = parse_settings({"cluster": CLUSTER, "deployment": {"runAsUser": 50000}})
     pod = daemonset(settings, "digest")["spec"]["template"]["spec"]
     (init,) = pod["initContainers"]
-    assert init["command"] == ["nft", "-f", "/etc/tinyproxy/nftables.conf"]
+    assert init["command"][:2] == ["/bin/sh", "-c"]
+    assert 'include "/etc/tinyproxy/nftables.conf"' in init["command"][2]
+    assert init["command"][2].endswith("} | nft -f -")
     assert init["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["NET_ADMIN"]}
     assert init["securityContext"]["allowPrivilegeEscalation"] is False
     assert pod["securityContext"]["runAsUser"] == 50000
     assert "meta skuid 50000 " in firewall_rules(settings)
-    off = parse_settings({"cluster": CLUSTER, "deployment": {"firewall": {"enabled": False}}})
+    off = parse_settings(
+        {"cluster": CLUSTER, "deployment": {"firewall": {"enabled": False, "allowClusterDestinations": True}}}
+    )
     assert "initContainers" not in daemonset(off, "digest")["spec"]["template"]["spec"]
     assert "nftables.conf" not in config_object(off, "conf")["data"]
 
