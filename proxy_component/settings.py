@@ -479,7 +479,7 @@ DEFAULT_FIREWALL_DENY: tuple[str, ...] = (
 DEFAULT_IMAGE = "ghcr.io/sergelogvinov/tinyproxy:1.11.1"
 DEFAULT_FIREWALL_IMAGE = "registry.k8s.io/kube-proxy:v1.36.3"
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-_IMAGE_EXAMPLE = "e.g. ghcr.io/sergelogvinov/tinyproxy:1.11.1, optionally pinned as ...:1.11.1@sha256:<64 hex digits>"
+_IMAGE_EXAMPLE = "expected e.g. ghcr.io/sergelogvinov/tinyproxy:1.11.1, optionally pinned as ...:1.11.1@sha256:<64 hex digits>"
 
 
 def _image_ref(value: str) -> str:
@@ -508,6 +508,25 @@ def image_is_mutable(image: str) -> bool:
 
 ImageRef = Annotated[str, Field(min_length=1), AfterValidator(_image_ref)]
 PullPolicy = Literal["IfNotPresent", "Always", "Never"]
+
+
+def _deny_pattern(pattern: str) -> str:
+    """One line of tinyproxy's Filter; it must leave the probes' host alone (tinyproxy filters before StatHost)."""
+    if not pattern or any(ch in pattern for ch in '"\n\r'):
+        raise ValueError(f"{pattern!r} is not a one-line pattern (expected e.g. ^169\\.254\\.)")
+    try:
+        compiled = re.compile(pattern, re.IGNORECASE)
+    except re.error as exc:
+        raise ValueError(f"{pattern!r} is not a regular expression ({exc})") from None
+    if compiled.search(STAT_HOST):
+        raise ValueError(
+            f"{pattern!r} matches {STAT_HOST!r}, the host the kubelet's probes ask tinyproxy for, so every "
+            "probe would fail (expected a pattern that leaves that name alone)"
+        )
+    return pattern
+
+
+DenyPattern = Annotated[str, AfterValidator(_deny_pattern)]
 
 
 class FirewallSettings(_Model):
@@ -578,28 +597,11 @@ class DeploymentSettings(_Model):
     connect_ports: list[Port] = Field(default_factory=lambda: [443])
     internal_traffic_policy: Literal["Cluster", "Local"] = "Cluster"
     max_clients: int = Field(default=1024, ge=1, le=65535)
-    deny_destinations: list[str] = Field(
+    deny_destinations: list[DenyPattern] = Field(
         default_factory=lambda: list(DEFAULT_DENY),
         description="Extended regular expressions over the request's host that tinyproxy refuses (its Filter).",
     )
     config_dir: str = Field(default="/etc/tinyproxy", description="Where the config is mounted in the container.")
-
-    @field_validator("deny_destinations")
-    @classmethod
-    def _patterns(cls, value: list[str]) -> list[str]:
-        for pattern in value:
-            if not pattern or any(ch in pattern for ch in '"\n\r'):
-                raise ValueError(f"{pattern!r} is not a one-line pattern (expected e.g. ^169\\.254\\.)")
-            try:
-                compiled = re.compile(pattern, re.IGNORECASE)
-            except re.error as exc:
-                raise ValueError(f"{pattern!r} is not a regular expression ({exc})") from None
-            if compiled.search(STAT_HOST):
-                raise ValueError(
-                    f"{pattern!r} matches {STAT_HOST!r}, the host the kubelet's probes ask tinyproxy for, so every "
-                    "probe would fail (expected a pattern that leaves that name alone)"
-                )
-        return value
 
     @field_validator("config_dir")
     @classmethod

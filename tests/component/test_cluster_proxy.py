@@ -10,7 +10,8 @@ import pulumi_kubernetes as k8s
 import pytest
 
 from proxy_component import ClusterNetwork, ClusterProxy, ClusterProxyArgs, SettingsError
-from proxy_component.render.proxy import CONFIG_HASH_ANNOTATION
+from proxy_component.render.proxy import CONFIG_HASH_ANNOTATION, config_digest, firewall_rules
+from proxy_component.settings import NetworkValues, parse_settings
 from tests.conftest import ROOT, Harness, holds_secret
 
 COMPONENT = "proxy-component:index:ClusterProxy"
@@ -148,6 +149,14 @@ def test_a_cidr_that_is_an_output_of_another_resource_reaches_no_proxy(mocked: H
     assert "Allow 10.244.0.0/16\n" in conf
     assert "Allow 172.20.0.0/16" not in conf
     assert mocked.one(CONFIG_MAP, "egress-proxy-config-default").inputs["data"]["NO_PROXY"] == no_proxy
+    # The firewall refuses the discovered ranges to tinyproxy, and they roll the DaemonSet.
+    rules = mocked.one(CONFIG_MAP, "egress-tinyproxy-config").inputs["data"]["nftables.conf"]
+    assert "ip daddr { 10.244.0.0/16, 172.20.0.0/16 } counter reject with tcp reset" in rules
+    digest = mocked.one(DAEMON_SET, "egress-tinyproxy").inputs["spec"]["template"]["metadata"]["annotations"]
+    settings = parse_settings({"namespaces": ["default"]})
+    values = NetworkValues(pod_cidrs=["10.244.0.0/16"], service_cidrs=["172.20.0.0/16"])
+    assert digest[CONFIG_HASH_ANNOTATION] == config_digest(settings, conf, firewall_rules(settings, values))
+    assert digest[CONFIG_HASH_ANNOTATION] != config_digest(settings, conf)
 
 
 def test_preview_with_unknown_cidrs_registers_the_same_resources(mocked_preview: Harness) -> None:
