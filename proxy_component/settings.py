@@ -479,7 +479,9 @@ DEFAULT_FIREWALL_DENY: tuple[str, ...] = (
 DEFAULT_IMAGE = "ghcr.io/sergelogvinov/tinyproxy:1.11.1"
 DEFAULT_FIREWALL_IMAGE = "registry.k8s.io/kube-proxy:v1.36.3"
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-_IMAGE_EXAMPLE = "expected e.g. ghcr.io/sergelogvinov/tinyproxy:1.11.1, optionally pinned as ...:1.11.1@sha256:<64 hex digits>"
+_IMAGE_EXAMPLE = (
+    "expected e.g. ghcr.io/sergelogvinov/tinyproxy:1.11.1, optionally pinned as ...:1.11.1@sha256:<64 hex digits>"
+)
 
 
 def _image_ref(value: str) -> str:
