@@ -11,7 +11,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 from urllib.parse import quote, unquote, urlsplit
@@ -872,17 +872,8 @@ class Settings(_Model):
         """tinyproxy's Allow list: loopback, pod and node ranges, extra sources; collapsed and ordered."""
         raw = ["127.0.0.1/32", "::1/128", *self.cluster.pod_cidrs, *self.cluster.node_cidrs]
         raw += self.deployment.allowed_source_cidrs
-        if network is not None:
-            for name in ("pod_cidrs", "node_cidrs"):
-                for i, value in enumerate(getattr(network, name)):
-                    try:
-                        raw.append(_source_range(value))
-                    except ValueError as exc:
-                        raise SettingsError([f"{network.origin_of(name)}[{i}]: {exc}"]) from None
-        v4 = ipaddress.collapse_addresses(n for n in map(ipaddress.ip_network, raw) if n.version == 4)
-        v6 = ipaddress.collapse_addresses(n for n in map(ipaddress.ip_network, raw) if n.version == 6)
-        nets: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = [*v4, *v6]
-        return [str(n.network_address) if n.prefixlen == n.max_prefixlen else str(n) for n in nets]
+        raw += _network_ranges(network, ("pod_cidrs", "node_cidrs"), _source_range)
+        return [str(n.network_address) if n.prefixlen == n.max_prefixlen else str(n) for n in _collapsed(raw)]
 
     def cluster_destinations(self, network: NetworkValues | None = None) -> list[str]:
         """The pod, service and node ranges, the firewall's to refuse to tinyproxy; collapsed, IPv4 first.
@@ -893,21 +884,34 @@ class Settings(_Model):
             return []
         c = self.cluster
         raw = [*c.pod_cidrs, *c.service_cidrs, *c.node_cidrs]
-        if network is not None:
-            for name in ("pod_cidrs", "service_cidrs", "node_cidrs"):
-                for i, value in enumerate(getattr(network, name)):
-                    try:
-                        raw.append(_cidr(value))
-                    except ValueError as exc:
-                        raise SettingsError([f"{network.origin_of(name)}[{i}]: {exc}"]) from None
-        nets = [ipaddress.ip_network(n) for n in raw]
-        v4 = ipaddress.collapse_addresses(n for n in nets if isinstance(n, ipaddress.IPv4Network))
-        v6 = ipaddress.collapse_addresses(n for n in nets if isinstance(n, ipaddress.IPv6Network))
-        return [str(n) for n in (*v4, *v6)]
+        raw += _network_ranges(network, ("pod_cidrs", "service_cidrs", "node_cidrs"), _cidr)
+        return [str(n) for n in _collapsed(raw)]
 
     def has_static_sources(self) -> bool:
         c, d = self.cluster, self.deployment
         return bool(c.pod_cidrs or c.node_cidrs or d.allowed_source_cidrs)
+
+
+def _network_ranges(network: NetworkValues | None, names: Sequence[str], check: Callable[[str], str]) -> list[str]:
+    """The run-time network's ranges of these fields, each checked; an error names its origin and index."""
+    if network is None:
+        return []
+    ranges: list[str] = []
+    for name in names:
+        for i, value in enumerate(getattr(network, name)):
+            try:
+                ranges.append(check(value))
+            except ValueError as exc:
+                raise SettingsError([f"{network.origin_of(name)}[{i}]: {exc}"]) from None
+    return ranges
+
+
+def _collapsed(ranges: Sequence[str]) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    """The ranges merged where they touch or nest, IPv4 first, each family in address order."""
+    nets = [ipaddress.ip_network(r) for r in ranges]
+    v4 = ipaddress.collapse_addresses(n for n in nets if isinstance(n, ipaddress.IPv4Network))
+    v6 = ipaddress.collapse_addresses(n for n in nets if isinstance(n, ipaddress.IPv6Network))
+    return [*v4, *v6]
 
 
 # --- loading ------------------------------------------------------------------------------
