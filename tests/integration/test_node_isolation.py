@@ -562,7 +562,8 @@ def test_dns_over_tcp_reaches_the_resolver_tinyproxy_uses(lab: Lab, resolver: st
     tcp = {(row["local"], row["name"]) for row in run.seen["dns"] if row.get("event") == "query"}
     assert udp == tcp == {(address, BIG_NAME)}, run.seen["dns"]
 
-    # The control, as the rules stood before: the same table with empty resolver sets refuses the TCP lookup.
+    # The control, without the exemption (as the rules were for the node's and the clouds' resolvers; the node
+    # range is refused since this change): the same table with its resolver sets empty refuses the TCP lookup.
     before = lab.proxy(settings, cases, resolvers=(address,), fill_resolvers=False)
     assert not before.outcomes["d0"].reached, before.outcomes
     assert [row for row in before.seen["dns"] if row["transport"] == "tcp"] == []
