@@ -3,7 +3,8 @@
 It reads the cluster with the official `kubernetes` client (the `check` extra, imported on use), in a fixed
 number of list calls, each paginated, never one GET per object, and reports each finding in one line that
 names the object: nodes and pod ranges outside tinyproxy's Allow list or not covered by NO_PROXY, the
-service range and API server endpoints not covered, the proxy DaemonSet not ready or missing from nodes, a
+service range and API server endpoints not covered, the proxy DaemonSet not ready or missing from nodes, an
+image of it whose tag can move, its namespace enforcing a Pod Security level stricter than it needs, a
 `proxy-config` missing or edited, a workload without the proxy env or with a stale NO_PROXY.
 """
 
@@ -28,11 +29,14 @@ from .render.env import (
     reads_proxy_config,
 )
 from .render.proxy import APP_LABEL, CONTROL_PLANE_LABEL
-from .settings import RUNTIMES, Settings
+from .settings import RUNTIMES, Settings, image_is_mutable
 
 __all__ = ["CheckError", "Finding", "check_cluster", "connect"]
 
 PAGE = 500  # objects per list call; the number of calls grows only with pages, never per object
+POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
+# hostNetwork, hostPort and the firewall's root user with NET_ADMIN: only `privileged` admits the DaemonSet.
+STRICTER_POD_SECURITY = ("baseline", "restricted")
 Net = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
@@ -145,8 +149,8 @@ def _explain(exc: Exception, cluster: Cluster) -> CheckError | None:
         reason = getattr(exc, "reason", "")
         return CheckError(
             f"{cluster.server}: {status} {reason}: the credentials may not list what check reads (nodes, "
-            "services, endpointslices, servicecidrs, configmaps, secrets, pods, daemonsets, deployments, "
-            "statefulsets, jobs, cronjobs): grant list on them, e.g. a ClusterRole bound to this user"
+            "namespaces, services, endpointslices, servicecidrs, configmaps, secrets, pods, daemonsets, "
+            "deployments, statefulsets, jobs, cronjobs): grant list on them, e.g. a ClusterRole bound to this user"
         )
     if status is not None:
         return CheckError(f"{cluster.server}: the API server answered {status} {getattr(exc, 'reason', '')}")
@@ -256,11 +260,21 @@ def _proxy(settings: Settings, cluster: Cluster, all_nodes: list[Any]) -> Iterat
     if not d.enabled:
         return
     name = f"DaemonSet {d.namespace}/{d.service_name}"
+    yield from _pod_security(settings, cluster)
     found = list(cluster.list(cluster.apps.list_namespaced_daemon_set, namespace=d.namespace,
                               field_selector=f"metadata.name={d.service_name}"))  # fmt: skip
     if not found:
         yield Finding("proxy-missing", name, "error", "the proxy DaemonSet does not exist: pods have no proxy")
         return
+    template = found[0].spec.template.spec
+    for container in [*(template.init_containers or []), *(template.containers or [])]:
+        if image_is_mutable(container.image):
+            yield Finding(
+                "image-mutable-tag", name, "warning",
+                f"container {container.name}: image {container.image!r} has no digest and no versioned tag, so "
+                "nodes may run different builds of it (set a versioned tag and pin its digest, "
+                "e.g. name:1.2.3@sha256:...)",
+            )  # fmt: skip
     status = found[0].status
     ready, desired = status.number_ready or 0, status.desired_number_scheduled or 0
     if ready < desired:
@@ -277,6 +291,21 @@ def _proxy(settings: Settings, cluster: Cluster, all_nodes: list[Any]) -> Iterat
             f"no proxy pod on {len(missing)} node(s): {shown} (a taint, a full node or a nodeSelector keeps it "
             "off; with internalTrafficPolicy Local their pods have no proxy)",
         )  # fmt: skip
+
+
+def _pod_security(settings: Settings, cluster: Cluster) -> Iterator[Finding]:
+    """The proxy's namespace enforcing a Pod Security level that refuses its pods (the label only, not the
+    cluster-wide default of the admission configuration, which the API does not show)."""
+    namespace = settings.deployment.namespace
+    for ns in cluster.list(cluster.core.list_namespace, field_selector=f"metadata.name={namespace}"):
+        level = (ns.metadata.labels or {}).get(POD_SECURITY_ENFORCE, "")
+        if level in STRICTER_POD_SECURITY:
+            yield Finding(
+                "pod-security-too-strict", f"Namespace {namespace}", "warning",
+                f"enforces Pod Security level {level!r}, which refuses the proxy's pods: they need 'privileged' "
+                "(hostNetwork, hostPort, and the firewall init container's root user with NET_ADMIN) "
+                f"(label it {POD_SECURITY_ENFORCE}=privileged, or set deployment.namespace to one that is)",
+            )  # fmt: skip
 
 
 def _data(obj: Any) -> dict[str, str]:

@@ -23,9 +23,17 @@ from .render.env import ProxyValues, env_vars, workload_values
 from .render.helm import PROFILES, helm_values, profile_no_proxy
 from .render.helm import merge_values as _merge_plain
 from .render.kustomize import kustomization
-from .render.proxy import config_digest, ip_family_fields, tinyproxy_conf
+from .render.proxy import config_digest, firewall_rules, ip_family_fields, tinyproxy_conf
 from .render.runtimes import java_skip_reason
-from .settings import Runtime, Settings, SettingsError, infer_ip_family, parse_runtimes, parse_settings
+from .settings import (
+    NetworkValues,
+    Runtime,
+    Settings,
+    SettingsError,
+    infer_ip_family,
+    parse_runtimes,
+    parse_settings,
+)
 
 __all__ = ["ClusterNetwork", "ClusterProxy", "ClusterProxyArgs", "merge_values"]
 
@@ -103,7 +111,10 @@ class ClusterProxy(pulumi.ComponentResource):
         conf: pulumi.Output[str] = composed.apply(lambda c: tinyproxy_conf(settings, c[1]))
         if settings.proxy.upstream is not None and settings.proxy.upstream.credentials is not None:
             conf = pulumi.Output.secret(conf)
-        digest = pulumi.Output.unsecret(conf.apply(lambda text: config_digest(settings, text)))
+        firewall = composed.apply(lambda c: c[2])
+        digest = pulumi.Output.unsecret(
+            pulumi.Output.all(conf, firewall).apply(lambda both: config_digest(settings, both[0], both[1]))
+        )
         network_values = network.values() if network is not None else None
 
         def profile_values(profile: str) -> ProxyValues:
@@ -129,6 +140,7 @@ class ClusterProxy(pulumi.ComponentResource):
             text=lambda build, v: _plain(v).apply(build),
             ip_fields=self._ip_fields(settings, network) if settings.deployment.enabled else None,
             helm_values=profile_values,
+            firewall=firewall,
         )
         for planned in plan(settings, inputs):
             self.resources[planned.key] = self._register(name, planned, args.management_provider)
@@ -236,11 +248,15 @@ class ClusterProxy(pulumi.ComponentResource):
         return str(composed)
 
     @staticmethod
-    def _compose(settings: Settings, network: ClusterNetwork | None) -> pulumi.Output[tuple[NoProxy, list[str]]]:
-        """NO_PROXY and tinyproxy's Allow list, from the settings plus the network's Outputs once known."""
+    def _compose(settings: Settings, network: ClusterNetwork | None) -> pulumi.Output[tuple[NoProxy, list[str], str]]:
+        """NO_PROXY, tinyproxy's Allow list and its firewall, from the settings plus the network's Outputs once known."""
+
+        def compose(values: NetworkValues | None) -> tuple[NoProxy, list[str], str]:
+            return (settings.no_proxy(values), settings.allowed_sources(values), firewall_rules(settings, values))
+
         if network is None:
-            return pulumi.Output.from_input((settings.no_proxy(), settings.allowed_sources()))
-        return network.values().apply(lambda values: (settings.no_proxy(values), settings.allowed_sources(values)))
+            return pulumi.Output.from_input(compose(None))
+        return network.values().apply(compose)
 
     def _register(
         self, name: str, planned: Planned, management: pulumi.ProviderResource | None

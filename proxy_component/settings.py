@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Mapping, Sequence
+import socket
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 from urllib.parse import quote, unquote, urlsplit
@@ -42,9 +43,12 @@ from .noproxy import (
 )
 
 __all__ = [
+    "DEFAULT_FIREWALL_IMAGE",
+    "DEFAULT_IMAGE",
     "NETWORK_FIELDS",
     "NO_RUNTIMES",
     "RUNTIMES",
+    "STAT_HOST",
     "CapiSettings",
     "ClusterSettings",
     "DeploymentSettings",
@@ -59,6 +63,7 @@ __all__ = [
     "Settings",
     "SettingsError",
     "UpstreamSettings",
+    "image_is_mutable",
     "infer_ip_family",
     "load_settings",
     "parse_runtimes",
@@ -284,6 +289,12 @@ class UpstreamSettings(_Model):
                 f"proxy.upstream.url: {redact_url(self.url)!r} has an IPv6 host, which tinyproxy 1.11's Upstream cannot "
                 "parse (expected a host name or an IPv4 address)"
             )
+        canonical = _inet_aton(parts.hostname or "")
+        if canonical is not None and canonical != parts.hostname:
+            raise ValueError(
+                f"proxy.upstream.url: {redact_url(self.url)!r} spells the IPv4 address {canonical} in a form only the "
+                f"C resolver reads, which the firewall's exemption for the upstream cannot match (expected {canonical})"
+            )
         for i, raw in enumerate(self.no_upstream):
             if parse_entry(raw).port is not None:
                 raise ValueError(
@@ -330,6 +341,22 @@ class UpstreamSettings(_Model):
     def endpoint(self) -> tuple[str, int]:
         parts = urlsplit(self.url)
         return (parts.hostname or "", parts.port or 80)
+
+    @property
+    def address(self) -> str | None:
+        """The upstream's IPv4 address when the URL gives one (the settings refuse IPv6 and odd spellings)."""
+        host = self.endpoint[0]
+        return host if _inet_aton(host) == host else None
+
+
+def _inet_aton(host: str) -> str | None:
+    """The canonical IPv4 address that the C resolver reads `host` as (e.g. 0177.1 is 127.0.0.1), else None."""
+    if not host or not re.fullmatch(r"[0-9a-fA-FxX.]+", host):
+        return None
+    try:
+        return str(ipaddress.IPv4Address(socket.inet_aton(host)))
+    except OSError:
+        return None
 
 
 class ProxySettings(_Model):
@@ -427,6 +454,10 @@ class Resources(_Model):
         return dict(sorted(value.items()))
 
 
+# The host the kubelet's HTTP probes ask for: tinyproxy answers it with its stats page (`StatHost`) and connects
+# nowhere. `.invalid` never resolves (RFC 2606), so it can hide no real destination.
+STAT_HOST = "proxy-component.invalid"
+
 # The Filter, a second layer behind the firewall: hosts the proxy refuses by their spelling. It sees names,
 # never the address a name resolves to, so the kernel rules (FirewallSettings) are what holds; these catch
 # every literal spelling of loopback, unspecified, link-local and metadata addresses that glibc's inet_aton and
@@ -465,13 +496,61 @@ DEFAULT_FIREWALL_DENY: tuple[str, ...] = (
 )
 
 
+# The images the DaemonSet runs by default: versioned tags, never `latest`. How they were chosen (and why the
+# digest pin is yours to add, as `image:tag@sha256:...`) is in the README's "Images".
+DEFAULT_IMAGE = "ghcr.io/sergelogvinov/tinyproxy:1.11.1"
+DEFAULT_FIREWALL_IMAGE = "registry.k8s.io/kube-proxy:v1.36.3"
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_IMAGE_EXAMPLE = (
+    "expected e.g. ghcr.io/sergelogvinov/tinyproxy:1.11.1, optionally pinned as ...:1.11.1@sha256:<64 hex digits>"
+)
+
+
 def _image_ref(value: str) -> str:
-    if any(ch.isspace() for ch in value):
-        raise ValueError(f"{value!r} is not an image reference (expected e.g. docker.io/vimagick/tinyproxy:1.11)")
+    """An image reference, `name[:tag][@sha256:<64 hex digits>]`; a digest pins it whatever the tag does."""
+    name, at, digest = value.partition("@")
+    if not name or any(ch.isspace() for ch in value):
+        raise ValueError(f"{value!r} is not an image reference ({_IMAGE_EXAMPLE})")
+    if at and not _DIGEST.match(digest):
+        raise ValueError(f"{value!r} has a digest that is not sha256: and 64 lower-case hex digits ({_IMAGE_EXAMPLE})")
     return value
 
 
+def image_is_mutable(image: str) -> bool:
+    """True for a reference that may point at other content tomorrow: no digest, and no tag or one without a digit.
+
+    `latest`, `stable` or no tag at all move by design; a versioned tag (`1.11.1`, `v1.36.3`) is conventionally
+    stable but can still be pushed again, which only a digest rules out.
+    """
+    name, at, _ = image.partition("@")
+    if at:
+        return False
+    last = name.rsplit("/", 1)[-1]
+    tag = last.partition(":")[2]
+    return not any(ch.isdigit() for ch in tag)
+
+
 ImageRef = Annotated[str, Field(min_length=1), AfterValidator(_image_ref)]
+PullPolicy = Literal["IfNotPresent", "Always", "Never"]
+
+
+def _deny_pattern(pattern: str) -> str:
+    """One line of tinyproxy's Filter; it must leave the probes' host alone (tinyproxy filters before StatHost)."""
+    if not pattern or any(ch in pattern for ch in '"\n\r'):
+        raise ValueError(f"{pattern!r} is not a one-line pattern (expected e.g. ^169\\.254\\.)")
+    try:
+        compiled = re.compile(pattern, re.IGNORECASE)
+    except re.error as exc:
+        raise ValueError(f"{pattern!r} is not a regular expression ({exc})") from None
+    if compiled.search(STAT_HOST):
+        raise ValueError(
+            f"{pattern!r} matches {STAT_HOST!r}, the host the kubelet's probes ask tinyproxy for, so every "
+            "probe would fail (expected a pattern that leaves that name alone)"
+        )
+    return pattern
+
+
+DenyPattern = Annotated[str, AfterValidator(_deny_pattern)]
 
 
 class FirewallSettings(_Model):
@@ -488,12 +567,17 @@ class FirewallSettings(_Model):
         default=True, description="Load the rules; without them only the name Filter stands between pods and the node."
     )
     image: ImageRef = Field(
-        default="registry.k8s.io/kube-proxy:v1.36.3",
-        description="An image with the nft command, run as root with NET_ADMIN only (kube-proxy's ships it).",
+        default=DEFAULT_FIREWALL_IMAGE,
+        description="An image with nft and a POSIX /bin/sh, run as root with NET_ADMIN only (kube-proxy's ships both).",
     )
     deny_cidrs: list[Cidr] = Field(
         default_factory=lambda: list(DEFAULT_FIREWALL_DENY),
         description="Destinations refused besides the node's own addresses.",
+    )
+    allow_cluster_destinations: bool = Field(
+        default=False,
+        description="Let tinyproxy reach the cluster's pod, service and node ranges; by default they are refused, "
+        "since tinyproxy on the node's network would let a pod past its NetworkPolicy (those calls belong in NO_PROXY).",
     )
 
     @field_validator("deny_cidrs")
@@ -501,6 +585,16 @@ class FirewallSettings(_Model):
     def _sorted(cls, value: list[str]) -> list[str]:
         nets = {ipaddress.ip_network(c) for c in value}
         return [str(n) for n in sorted(nets, key=lambda n: (n.version, n))]
+
+    @model_validator(mode="after")
+    def _check(self) -> FirewallSettings:
+        if not self.enabled and not self.allow_cluster_destinations:
+            raise ValueError(
+                "deployment.firewall.allowClusterDestinations: false needs deployment.firewall.enabled: true, since only "
+                "the kernel rules refuse the cluster's pod, service and node ranges (the Filter sees names, not where "
+                "they lead) (expected enabled: true, or allowClusterDestinations: true to let tinyproxy reach them)"
+            )
+        return self
 
 
 class DeploymentSettings(_Model):
@@ -510,7 +604,8 @@ class DeploymentSettings(_Model):
     namespace: DnsLabel = "kube-system"
     service_name: Annotated[str, AfterValidator(_dns_1035)] = "http-proxy"
     port: ListenPort = 8888
-    image: ImageRef = "docker.io/vimagick/tinyproxy:latest"
+    image: ImageRef = Field(default=DEFAULT_IMAGE, description="Any image with tinyproxy >= 1.11 on PATH.")
+    image_pull_policy: PullPolicy = Field(default="IfNotPresent", description="Of both containers.")
     run_as_user: int = Field(
         default=61888,
         ge=1000,
@@ -526,23 +621,11 @@ class DeploymentSettings(_Model):
     connect_ports: list[Port] = Field(default_factory=lambda: [443])
     internal_traffic_policy: Literal["Cluster", "Local"] = "Cluster"
     max_clients: int = Field(default=1024, ge=1, le=65535)
-    deny_destinations: list[str] = Field(
+    deny_destinations: list[DenyPattern] = Field(
         default_factory=lambda: list(DEFAULT_DENY),
         description="Extended regular expressions over the request's host that tinyproxy refuses (its Filter).",
     )
     config_dir: str = Field(default="/etc/tinyproxy", description="Where the config is mounted in the container.")
-
-    @field_validator("deny_destinations")
-    @classmethod
-    def _patterns(cls, value: list[str]) -> list[str]:
-        for pattern in value:
-            if not pattern or any(ch in pattern for ch in '"\n\r'):
-                raise ValueError(f"{pattern!r} is not a one-line pattern (expected e.g. ^169\\.254\\.)")
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"{pattern!r} is not a regular expression ({exc})") from None
-        return value
 
     @field_validator("config_dir")
     @classmethod
@@ -749,6 +832,16 @@ class Settings(_Model):
                 f"runtimes.annotation: {self.runtimes.annotation!r} is injection.optOutAnnotation too, whose 'false' "
                 "is no list of runtimes (expected another key, e.g. proxy-component.io/runtimes)"
             )
+        upstream = self.proxy.upstream
+        if upstream is not None and self.deployment.enabled and self.deployment.firewall.enabled:
+            host = upstream.endpoint[0].lower().rstrip(".")
+            if host == "localhost" or host.endswith(".localhost"):
+                raise ValueError(
+                    f"proxy.upstream.url: {redact_url(upstream.url)!r} names the node itself, which the firewall "
+                    "refuses to tinyproxy unless the upstream is given by its address (expected e.g. "
+                    f"http://127.0.0.1:{upstream.endpoint[1]}: the firewall then lets tinyproxy reach that address and "
+                    "port, and nothing else on the node)"
+                )
         if not self.deployment.enabled and self.proxy.http_proxy is None:
             raise ValueError(
                 "proxy.httpProxy: required when deployment.enabled is false (expected the URL of the proxy pods should use)"
@@ -865,21 +958,46 @@ class Settings(_Model):
         """tinyproxy's Allow list: loopback, pod and node ranges, extra sources; collapsed and ordered."""
         raw = ["127.0.0.1/32", "::1/128", *self.cluster.pod_cidrs, *self.cluster.node_cidrs]
         raw += self.deployment.allowed_source_cidrs
-        if network is not None:
-            for name in ("pod_cidrs", "node_cidrs"):
-                for i, value in enumerate(getattr(network, name)):
-                    try:
-                        raw.append(_source_range(value))
-                    except ValueError as exc:
-                        raise SettingsError([f"{network.origin_of(name)}[{i}]: {exc}"]) from None
-        v4 = ipaddress.collapse_addresses(n for n in map(ipaddress.ip_network, raw) if n.version == 4)
-        v6 = ipaddress.collapse_addresses(n for n in map(ipaddress.ip_network, raw) if n.version == 6)
-        nets: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = [*v4, *v6]
-        return [str(n.network_address) if n.prefixlen == n.max_prefixlen else str(n) for n in nets]
+        raw += _network_ranges(network, ("pod_cidrs", "node_cidrs"), _source_range)
+        return [str(n.network_address) if n.prefixlen == n.max_prefixlen else str(n) for n in _collapsed(raw)]
+
+    def cluster_destinations(self, network: NetworkValues | None = None) -> list[str]:
+        """The pod, service and node ranges, the firewall's to refuse to tinyproxy; collapsed, IPv4 first.
+
+        Empty when `deployment.firewall.allowClusterDestinations` lets tinyproxy reach them.
+        """
+        if self.deployment.firewall.allow_cluster_destinations:
+            return []
+        c = self.cluster
+        raw = [*c.pod_cidrs, *c.service_cidrs, *c.node_cidrs]
+        raw += _network_ranges(network, ("pod_cidrs", "service_cidrs", "node_cidrs"), _cidr)
+        return [str(n) for n in _collapsed(raw)]
 
     def has_static_sources(self) -> bool:
         c, d = self.cluster, self.deployment
         return bool(c.pod_cidrs or c.node_cidrs or d.allowed_source_cidrs)
+
+
+def _network_ranges(network: NetworkValues | None, names: Sequence[str], check: Callable[[str], str]) -> list[str]:
+    """The run-time network's ranges of these fields, each checked; an error names its origin and index."""
+    if network is None:
+        return []
+    ranges: list[str] = []
+    for name in names:
+        for i, value in enumerate(getattr(network, name)):
+            try:
+                ranges.append(check(value))
+            except ValueError as exc:
+                raise SettingsError([f"{network.origin_of(name)}[{i}]: {exc}"]) from None
+    return ranges
+
+
+def _collapsed(ranges: Sequence[str]) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    """The ranges merged where they touch or nest, IPv4 first, each family in address order."""
+    nets = [ipaddress.ip_network(r) for r in ranges]
+    v4 = ipaddress.collapse_addresses(n for n in nets if isinstance(n, ipaddress.IPv4Network))
+    v6 = ipaddress.collapse_addresses(n for n in nets if isinstance(n, ipaddress.IPv6Network))
+    return [*v4, *v6]
 
 
 # --- loading ------------------------------------------------------------------------------

@@ -61,6 +61,8 @@ class PlanInputs:
     `apply` for Outputs. `helm_values(profile)` gives one Helm profile's values,
     whose NO_PROXY adds the chart's own hosts; without it they are composed from
     the settings alone (the command's plan, which has no run-time network).
+    `firewall` is the nftables table when a run-time network adds cluster
+    ranges to it; without it the table is rendered from the settings.
     """
 
     values: ProxyValues
@@ -70,6 +72,7 @@ class PlanInputs:
     text: Callable[[Callable[[ProxyValues], str], ProxyValues], Any]
     ip_fields: Obj | None = None
     helm_values: Callable[[str], ProxyValues] | None = None
+    firewall: Any = None
 
 
 def node_values(settings: Settings, no_proxy: Any) -> ProxyValues:
@@ -122,7 +125,7 @@ def plan(settings: Settings, inputs: PlanInputs) -> list[Planned]:
     if settings.deployment.enabled:
         service_obj = service(settings, inputs.ip_fields)
         planned += [
-            Planned("config", "-tinyproxy-config", config_object(settings, inputs.conf)),
+            Planned("config", "-tinyproxy-config", config_object(settings, inputs.conf, inputs.firewall)),
             Planned("daemonset", "-tinyproxy", daemonset(settings, inputs.digest), depends_on=("config",)),
             # The primary IP family of a Service cannot change in place: the API server refuses the update.
             Planned(

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..noproxy import Kind, parse_entry
-from ..settings import Settings
+from ..settings import STAT_HOST, NetworkValues, Settings
 
 __all__ = [
     "APP_LABEL",
@@ -26,6 +26,7 @@ __all__ = [
     "firewall_rules",
     "ip_family_fields",
     "labels",
+    "probe",
     "service",
     "tinyproxy_conf",
     "tinyproxy_filter",
@@ -39,6 +40,7 @@ CONFIG_KEY = "tinyproxy.conf"
 FILTER_KEY = "filter"
 FIREWALL_KEY = "nftables.conf"
 FIREWALL_TABLE = "proxy-component"
+RESOLVER_SETS = {4: "resolvers4", 6: "resolvers6"}
 CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
 
 
@@ -80,6 +82,9 @@ def tinyproxy_conf(settings: Settings, allow: Sequence[str]) -> str:
         "",
         "# CONNECT (HTTPS tunnels) only to these ports.",
         *(f"ConnectPort {port}" for port in d.connect_ports),
+        "",
+        "# The kubelet's probes ask for this host: tinyproxy answers with its stats page and connects nowhere.",
+        f"StatHost {_quote(STAT_HOST)}",
     ]
     if d.deny_destinations:
         lines += [
@@ -127,59 +132,118 @@ def tinyproxy_filter(settings: Settings) -> str:
     return "".join(f"{pattern}\n" for pattern in settings.deployment.deny_destinations)
 
 
-def firewall_rules(settings: Settings) -> str:
+def firewall_rules(settings: Settings, network: NetworkValues | None = None) -> str:
     """The nftables table that the init container loads into the node's network namespace.
 
     It rejects every new TCP connection that tinyproxy's UID opens to an
     address of the node itself (`fib daddr type local`: loopback, every
     interface address, and the unspecified address, which the kernel sends to
-    loopback) or to `firewall.denyCidrs`. The kernel judges the address
-    actually connected to, so neither a spelling nor a DNS name gets around it.
-    Other processes on the node are untouched. Loading the file replaces the
-    table whole, so a restart or a new setting never stacks rules.
+    loopback), to `firewall.denyCidrs` and, unless
+    `firewall.allowClusterDestinations`, to the cluster's pod, service and node
+    ranges (with `network`'s). The kernel judges the address actually
+    connected to, so neither a spelling nor a DNS name gets around it. Before
+    those it accepts exactly two things: TCP port 53 of the resolvers in the
+    pod's resolv.conf (sets the init container fills, see `firewall_command`),
+    so answers too large for UDP still arrive, and the upstream proxy's address
+    and port when the URL gives an address. Other processes on the node are
+    untouched. Loading the file replaces the table whole, so a restart or a new
+    setting never stacks rules.
     """
     d = settings.deployment
-    match = f"meta skuid {d.run_as_user} tcp flags syn / syn,ack"
+    uid = f"meta skuid {d.run_as_user}"
+    match = f"{uid} tcp flags syn / syn,ack"
     reject = "counter reject with tcp reset"
+    keywords = {4: "ip", 6: "ip6"}
     lines = [
         "# Rendered by proxy-component. What tinyproxy (its own UID) may never connect to, whatever name or",
-        "# spelling led there: the node's own addresses and the link-local and metadata ranges.",
+        "# spelling led there: the node's own addresses, the link-local and metadata ranges and the cluster's own.",
         f"table inet {FIREWALL_TABLE}",
         f"delete table inet {FIREWALL_TABLE}",
         f"table inet {FIREWALL_TABLE} {{",
+        "  # The nameservers of the pod's resolv.conf, the ones tinyproxy asks: filled in when the table is loaded.",
+        *(f"  set {RESOLVER_SETS[v]} {{ type ipv{v}_addr; }}" for v in (4, 6)),
         "  chain tinyproxy-egress {",
         "    type filter hook output priority filter; policy accept;",
-        f"    {match} fib daddr type local {reject}",
+        "    # DNS over TCP to those resolvers, for answers too large for UDP.",
+        *(f"    {uid} {keywords[v]} daddr @{RESOLVER_SETS[v]} tcp dport 53 counter accept" for v in (4, 6)),
     ]
-    for family, keyword in ((4, "ip"), (6, "ip6")):
-        cidrs = [c for c in d.firewall.deny_cidrs if ipaddress.ip_network(c).version == family]
-        if cidrs:
-            lines.append(f"    {match} {keyword} daddr {{ {', '.join(cidrs)} }} {reject}")
+    upstream = settings.proxy.upstream
+    address = upstream.address if upstream is not None else None
+    if upstream is not None and address is not None:
+        lines += [
+            "    # The upstream proxy, at this address and port only.",
+            f"    {uid} ip daddr {address} tcp dport {upstream.endpoint[1]} counter accept",
+        ]
+    lines.append(f"    {match} fib daddr type local {reject}")
+
+    def refuse(comment: str, cidrs: Sequence[str]) -> None:
+        rules = []
+        for version in (4, 6):
+            nets = [c for c in cidrs if ipaddress.ip_network(c).version == version]
+            if nets:
+                rules.append(f"    {match} {keywords[version]} daddr {{ {', '.join(nets)} }} {reject}")
+        if rules:
+            lines.extend([f"    # {comment}", *rules])
+
+    refuse("Link-local and the clouds' metadata endpoints (firewall.denyCidrs).", d.firewall.deny_cidrs)
+    refuse(
+        "The cluster's pod, service and node ranges: pods call those directly.", settings.cluster_destinations(network)
+    )
     lines += ["  }", "}"]
     return "\n".join(lines) + "\n"
 
 
 def firewall_command(settings: Settings) -> list[str]:
-    """What the init container runs: load the rendered table (atomically; `nft -f` applies all or nothing)."""
-    return ["nft", "-f", f"{settings.deployment.config_dir}/{FIREWALL_KEY}"]
+    """What the init container runs: load the rendered table and the pod's nameservers in one `nft -f` (atomic).
+
+    With `dnsPolicy: Default` the pod's /etc/resolv.conf is the node's, the
+    file tinyproxy reads: each `nameserver` (an IPv4 or IPv6 address, any zone
+    dropped) goes into the resolver sets. Shell built-ins only, so an image
+    with nft and a POSIX /bin/sh is enough.
+    """
+    path = f"{settings.deployment.config_dir}/{FIREWALL_KEY}"
+    add = f"add element inet {FIREWALL_TABLE}"
+    script = "\n".join(
+        [
+            "set -eu",
+            "{",
+            f"  echo 'include \"{path}\"'",
+            "  while read -r key value rest; do",
+            '    [ "$key" = nameserver ] || continue',
+            '    value="${value%%%*}"',
+            '    case "$value" in',
+            '      ""|*[!0-9A-Fa-f:.]*) ;;',
+            f'      *:*) echo "{add} {RESOLVER_SETS[6]} {{ $value }}" ;;',
+            f'      *) echo "{add} {RESOLVER_SETS[4]} {{ $value }}" ;;',
+            "    esac",
+            "  done < /etc/resolv.conf",
+            "} | nft -f -",
+        ]
+    )
+    return ["/bin/sh", "-c", script]
 
 
-def config_digest(settings: Settings, conf: str) -> str:
+def config_digest(settings: Settings, conf: str, firewall: str | None = None) -> str:
     """The pod-template annotation that rolls the DaemonSet when the config changes.
 
-    With upstream credentials the config is secret but the annotation is plain,
-    so the digest is scrypt (about 40 ms, 16 MiB): guessing a password from it
-    must be costly. Without credentials a sha256 is enough.
+    `firewall` is the nftables text when a run-time network adds ranges to
+    it; by default it is rendered from the settings. With upstream credentials
+    the config is secret but the annotation is plain, so the digest is scrypt
+    (about 40 ms, 16 MiB): guessing a password from it must be costly. Without
+    credentials a sha256 is enough.
     """
-    content = "\0".join((conf, tinyproxy_filter(settings), _firewall_text(settings))).encode()
+    content = "\0".join((conf, tinyproxy_filter(settings), _firewall_text(settings, firewall))).encode()
     if _upstream_has_credentials(settings):
         digest = hashlib.scrypt(content, salt=b"proxy-component/tinyproxy.conf", n=2**14, r=8, p=1, dklen=32)
         return digest.hex()
     return hashlib.sha256(content).hexdigest()
 
 
-def config_object(settings: Settings, conf: Any) -> Obj:
-    """The ConfigMap holding tinyproxy.conf, or a Secret when the config carries upstream credentials."""
+def config_object(settings: Settings, conf: Any, firewall: Any = None) -> Obj:
+    """The ConfigMap holding tinyproxy.conf, or a Secret when the config carries upstream credentials.
+
+    `firewall` (text or an Output) is the nftables table; by default it is rendered from the settings.
+    """
     d = settings.deployment
     metadata = {"name": config_name(settings), "namespace": d.namespace, "labels": labels(settings)}
     if _upstream_has_credentials(settings):
@@ -188,22 +252,29 @@ def config_object(settings: Settings, conf: Any) -> Obj:
             "kind": "Secret",
             "metadata": metadata,
             "type": "Opaque",
-            "stringData": _config_data(settings, conf),
+            "stringData": _config_data(settings, conf, firewall),
         }
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": _config_data(settings, conf)}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata,
+        "data": _config_data(settings, conf, firewall),
+    }
 
 
-def _config_data(settings: Settings, conf: Any) -> Obj:
+def _config_data(settings: Settings, conf: Any, firewall: Any) -> Obj:
     data: Obj = {CONFIG_KEY: conf}
     if settings.deployment.deny_destinations:
         data[FILTER_KEY] = tinyproxy_filter(settings)
     if settings.deployment.firewall.enabled:
-        data[FIREWALL_KEY] = firewall_rules(settings)
+        data[FIREWALL_KEY] = firewall if firewall is not None else firewall_rules(settings)
     return data
 
 
-def _firewall_text(settings: Settings) -> str:
-    return firewall_rules(settings) if settings.deployment.firewall.enabled else ""
+def _firewall_text(settings: Settings, firewall: str | None) -> str:
+    if not settings.deployment.firewall.enabled:
+        return ""
+    return firewall if firewall is not None else firewall_rules(settings)
 
 
 def _upstream_has_credentials(settings: Settings) -> bool:
@@ -215,7 +286,6 @@ def daemonset(settings: Settings, digest: Any) -> Obj:
     """tinyproxy on every node's network (hostNetwork, node resolver), hardened and rolled by the config digest."""
     d = settings.deployment
     selector = {APP_LABEL: d.service_name}
-    probe = {"tcpSocket": {"port": d.port}, "periodSeconds": 10, "timeoutSeconds": 2, "failureThreshold": 3}
     volume_source: Obj
     if _upstream_has_credentials(settings):
         volume_source = {"secret": {"secretName": config_name(settings), "defaultMode": 0o440}}
@@ -257,12 +327,13 @@ def daemonset(settings: Settings, digest: Any) -> Obj:
                         {
                             "name": "tinyproxy",
                             "image": d.image,
+                            "imagePullPolicy": d.image_pull_policy,
                             "command": ["tinyproxy", "-d", "-c", f"{d.config_dir}/{CONFIG_KEY}"],
                             "ports": [
                                 {"name": "http-proxy", "containerPort": d.port, "hostPort": d.port, "protocol": "TCP"}
                             ],
-                            "readinessProbe": {**probe, "initialDelaySeconds": 2},
-                            "livenessProbe": {**probe, "initialDelaySeconds": 10},
+                            "readinessProbe": {**probe(settings), "initialDelaySeconds": 2},
+                            "livenessProbe": {**probe(settings), "initialDelaySeconds": 10},
                             "resources": {
                                 "requests": dict(d.resources.requests),
                                 "limits": dict(d.resources.limits),
@@ -284,6 +355,22 @@ def daemonset(settings: Settings, digest: Any) -> Obj:
     }
 
 
+def probe(settings: Settings) -> Obj:
+    """An HTTP probe through tinyproxy's own request handling: its stats page, which reaches no upstream.
+
+    The kubelet dials 127.0.0.1 (the pod shares the node's network, and
+    loopback is always in `Allow`) and asks for `STAT_HOST`. A TCP probe would
+    skip the request path and make tinyproxy log an ERROR line per probe.
+    """
+    http = {
+        "host": "127.0.0.1",
+        "port": settings.deployment.port,
+        "path": "/",
+        "httpHeaders": [{"name": "Host", "value": STAT_HOST}],
+    }
+    return {"httpGet": http, "periodSeconds": 10, "timeoutSeconds": 2, "failureThreshold": 3}
+
+
 def _placement(settings: Settings) -> Obj:
     """Keep the proxy off control-plane nodes unless `deployment.controlPlane` asks for them."""
     if settings.deployment.control_plane:
@@ -300,6 +387,7 @@ def _firewall_container(settings: Settings) -> Obj:
     return {
         "name": "firewall",
         "image": d.firewall.image,
+        "imagePullPolicy": d.image_pull_policy,
         "command": firewall_command(settings),
         "resources": {"requests": dict(d.resources.requests), "limits": dict(d.resources.limits)},
         "securityContext": {

@@ -226,3 +226,33 @@ def test_a_workload_with_a_stale_no_proxy(live: Live) -> None:
         assert finding["message"] == "container app: NO_PROXY is stale (differs from the composed NO_PROXY for its runtimes)"
     finally:
         live.kubectl("-n", "default", "delete", "deployment", "stale")
+
+
+def test_a_proxy_image_with_a_mutable_tag(live: Live) -> None:
+    live.kubectl("-n", "kube-system", "set", "image", "daemonset/http-proxy", "tinyproxy=docker.io/vimagick/tinyproxy")
+    try:
+        live.kubectl("-n", "kube-system", "rollout", "status", "daemonset/http-proxy", "--timeout=60s")
+        assert live.findings() == [
+            {
+                "kind": "image-mutable-tag",
+                "object": "DaemonSet kube-system/http-proxy",
+                "severity": "warning",
+                "message": "container tinyproxy: image 'docker.io/vimagick/tinyproxy' has no digest and no versioned "
+                "tag, so nodes may run different builds of it (set a versioned tag and pin its digest, "
+                "e.g. name:1.2.3@sha256:...)",
+            }
+        ]
+    finally:
+        live.apply_rendered()
+    assert live.findings() == []
+
+
+def test_a_namespace_that_enforces_a_stricter_pod_security_level(live: Live) -> None:
+    live.kubectl("label", "namespace", "kube-system", "pod-security.kubernetes.io/enforce=baseline")
+    try:
+        (finding,) = live.findings()
+        assert (finding["kind"], finding["object"]) == ("pod-security-too-strict", "Namespace kube-system")
+        assert "enforces Pod Security level 'baseline'" in finding["message"]
+    finally:
+        live.kubectl("label", "namespace", "kube-system", "pod-security.kubernetes.io/enforce-")
+    assert live.findings() == []

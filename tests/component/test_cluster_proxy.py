@@ -7,9 +7,10 @@ from typing import Any
 import pulumi
 import pytest
 
-from proxy_component import ClusterNetwork, ClusterProxy, ClusterProxyArgs
-from proxy_component.render.proxy import CONFIG_HASH_ANNOTATION
-from tests.conftest import ROOT, Harness
+from proxy_component import ClusterNetwork, ClusterProxy, ClusterProxyArgs, SettingsError
+from proxy_component.render.proxy import CONFIG_HASH_ANNOTATION, config_digest, firewall_rules
+from proxy_component.settings import NetworkValues, parse_settings
+from tests.conftest import ROOT, Harness, holds_secret
 
 COMPONENT = "proxy-component:index:ClusterProxy"
 CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
@@ -123,6 +124,169 @@ def test_outputs(mocked: Harness) -> None:
     assert "JDK_JAVA_OPTIONS" not in config
     assert "NODE_USE_ENV_PROXY" not in config
     assert "JAVA_TOOL_OPTIONS" not in config
+
+
+def test_a_cidr_that_is_an_output_of_another_resource_reaches_no_proxy(mocked: Harness) -> None:
+    mocked.mocks.state["test:index:Cluster"] = {
+        "pod_cidr": "10.244.0.0/16",
+        "service_cidr": "172.20.0.0/16",
+        "endpoint": "https://ABC123.gr7.eu-west-1.eks.amazonaws.com",
+    }
+    cluster = FakeCluster("eks")
+    network = ClusterNetwork(
+        pod_cidrs=cluster.pod_cidr,
+        service_cidrs=[cluster.service_cidr],
+        api_server_hosts=cluster.endpoint,
+        origin="eks",
+    )
+    proxy = ClusterProxy("egress", ClusterProxyArgs(settings={"namespaces": ["default"]}, network=network))
+    no_proxy = mocked.value(proxy.no_proxy)
+    assert "172.20.0.0/16,10.244.0.0/16,abc123.gr7.eu-west-1.eks.amazonaws.com" in no_proxy
+    conf = mocked.one(CONFIG_MAP, "egress-tinyproxy-config").inputs["data"]["tinyproxy.conf"]
+    assert "Allow 10.244.0.0/16\n" in conf
+    assert "Allow 172.20.0.0/16" not in conf
+    assert mocked.one(CONFIG_MAP, "egress-proxy-config-default").inputs["data"]["NO_PROXY"] == no_proxy
+    # The firewall refuses the discovered ranges to tinyproxy, and they roll the DaemonSet.
+    rules = mocked.one(CONFIG_MAP, "egress-tinyproxy-config").inputs["data"]["nftables.conf"]
+    assert "ip daddr { 10.244.0.0/16, 172.20.0.0/16 } counter reject with tcp reset" in rules
+    digest = mocked.one(DAEMON_SET, "egress-tinyproxy").inputs["spec"]["template"]["metadata"]["annotations"]
+    settings = parse_settings({"namespaces": ["default"]})
+    values = NetworkValues(pod_cidrs=["10.244.0.0/16"], service_cidrs=["172.20.0.0/16"])
+    assert digest[CONFIG_HASH_ANNOTATION] == config_digest(settings, conf, firewall_rules(settings, values))
+    assert digest[CONFIG_HASH_ANNOTATION] != config_digest(settings, conf)
+
+
+def test_preview_with_unknown_cidrs_registers_the_same_resources(mocked_preview: Harness) -> None:
+    cluster = FakeCluster("eks")  # no state in preview: its outputs are unknown
+    network = ClusterNetwork(pod_cidrs=cluster.pod_cidr, service_cidrs=cluster.service_cidr, origin="eks")
+    proxy = ClusterProxy("egress", ClusterProxyArgs(settings={"namespaces": ["default"]}, network=network))
+    assert not mocked_preview.known(proxy.no_proxy)
+    assert not mocked_preview.known(proxy.env)
+    assert mocked_preview.known(proxy.proxy_url)
+    names = sorted(r.name for r in mocked_preview.settle())
+    assert names == [
+        "egress",
+        "egress-proxy-config-default",
+        "egress-service",
+        "egress-tinyproxy",
+        "egress-tinyproxy-config",
+        "eks",
+    ]
+
+
+def test_credentials_make_outputs_secret_and_no_configmap_carries_them(mocked: Harness) -> None:
+    settings = {
+        **IPV6_ONLY,
+        "proxy": {
+            "httpProxy": "http://user:hunter2@proxy.corp:3128",
+            "upstream": {"url": "http://proxy.corp:3128", "username": "svc", "password": "upstream-s3cret"},
+        },
+    }
+    proxy = ClusterProxy("egress", ClusterProxyArgs(settings=settings))
+    assert mocked.secret(proxy.http_proxy)
+    assert mocked.secret(proxy.https_proxy)
+    assert mocked.secret(proxy.env)
+    assert not mocked.secret(proxy.no_proxy)
+    assert not mocked.secret(proxy.proxy_url)
+    registered = mocked.settle()
+    for r in registered:
+        if r.typ != SECRET:
+            flat = repr(r.inputs)
+            assert "hunter2" not in flat, f"{r.typ} {r.name} leaks the proxy password"
+            assert "upstream-s3cret" not in flat, f"{r.typ} {r.name} leaks the upstream password"
+    assert [r.name for r in registered if r.typ == CONFIG_MAP] == []
+    secrets = {r.name: r for r in registered if r.typ == SECRET}
+    assert sorted(secrets) == ["egress-proxy-config-apps", "egress-proxy-config-default", "egress-tinyproxy-config"]
+    for secret in secrets.values():
+        assert holds_secret(secret.raw_inputs["stringData"])
+    assert (
+        secrets["egress-proxy-config-apps"].inputs["stringData"]["HTTPS_PROXY"] == "http://user:hunter2@proxy.corp:3128"
+    )
+    assert (
+        "Upstream http svc:upstream-s3cret@proxy.corp:3128"
+        in secrets["egress-tinyproxy-config"].inputs["stringData"]["tinyproxy.conf"]
+    )
+    ds = next(r for r in registered if r.typ == DAEMON_SET)
+    assert not holds_secret(ds.raw_inputs["spec"]), "the DaemonSet spec must stay reviewable in previews"
+    assert ds.inputs["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"] == "http-proxy-config"
+
+
+def test_children_inherit_the_components_provider(mocked: Harness) -> None:
+    provider = k8s.Provider("cluster", kubeconfig="apiVersion: v1\nkind: Config\n")
+    ClusterProxy("egress", ClusterProxyArgs(settings=IPV6_ONLY), pulumi.ResourceOptions(providers=[provider]))
+    children = [
+        r for r in mocked.settle() if r.typ.startswith("kubernetes:") and r.typ != "pulumi:providers:kubernetes"
+    ]
+    assert len(children) == 5
+    assert all(r.provider is not None and "::cluster::" in r.provider for r in children)
+
+
+def test_same_inputs_in_any_order_give_identical_resource_inputs(mocked: Harness) -> None:
+    rng = random.Random(3)
+
+    def shuffled(values: list[str]) -> list[str]:
+        copy = values[:]
+        rng.shuffle(copy)
+        return copy
+
+    base: dict[str, Any] = {
+        "cluster": {
+            "podCidrs": ["10.244.0.0/16", "fd00:10:244::/56"],
+            "serviceCidrs": ["10.96.0.0/12", "fd00:10:96::/108"],
+            "nodeCidrs": ["192.168.0.0/24", "192.168.1.0/24"],
+            "apiServerHosts": ["api.example.com", "api-internal.example.com"],
+        },
+        "proxy": {"noProxy": ["registry.corp", ".corp.example", "172.16.0.0/12"]},
+        "deployment": {"connectPorts": [443, 8443, 6443]},
+        "namespaces": ["a", "b", "c", "d"],
+    }
+    for i in range(3):
+        settings = {
+            "cluster": {k: shuffled(v) for k, v in base["cluster"].items()},
+            "proxy": {"noProxy": shuffled(base["proxy"]["noProxy"])},
+            "deployment": {
+                "connectPorts": [int(p) for p in shuffled([str(p) for p in base["deployment"]["connectPorts"]])]
+            },
+            "namespaces": shuffled(base["namespaces"]),
+        }
+        ClusterProxy(f"run{i}", ClusterProxyArgs(settings=settings))
+    by_run: dict[str, list[tuple[str, str, Any]]] = {}
+    for r in mocked.settle():
+        run, _, rest = r.name.partition("-")
+        by_run.setdefault(run, []).append((r.typ, rest, r.inputs))
+    first, *others = (sorted(v, key=lambda t: (t[0], t[1])) for v in by_run.values())
+    assert len(first) == 8
+    for other in others:
+        assert repr(other) == repr(first)
+
+
+def test_without_any_source_range_tinyproxy_would_refuse_everyone(mocked: Harness) -> None:
+    with pytest.raises(SettingsError, match=r"cluster\.podCidrs: \[\] and cluster\.nodeCidrs: \[\]"):
+        ClusterProxy("egress", ClusterProxyArgs(settings={"namespaces": ["default"]}))
+
+
+def test_disabled_deployment_registers_only_the_consumers(mocked: Harness) -> None:
+    settings = {
+        "deployment": {"enabled": False},
+        "proxy": {"httpProxy": "http://proxy.corp:3128"},
+        "namespaces": ["default"],
+    }
+    proxy = ClusterProxy("egress", ClusterProxyArgs(settings=settings))
+    assert mocked.value(proxy.proxy_url) == "http://proxy.corp:3128"
+    assert sorted(r.name for r in mocked.settle()) == ["egress", "egress-proxy-config-default"]
+
+
+def test_the_config_digest_rolls_the_daemonset_only_when_the_config_changes(mocked: Harness) -> None:
+    ClusterProxy("a", ClusterProxyArgs(settings=IPV6_ONLY))
+    ClusterProxy("b", ClusterProxyArgs(settings={**IPV6_ONLY, "namespaces": ["other"]}))
+    ClusterProxy("c", ClusterProxyArgs(settings={**IPV6_ONLY, "deployment": {"connectPorts": [443, 8443]}}))
+    digests = {
+        r.name: r.inputs["spec"]["template"]["metadata"]["annotations"][CONFIG_HASH_ANNOTATION]
+        for r in mocked.settle()
+        if r.typ == DAEMON_SET
+    }
+    assert digests["a-tinyproxy"] == digests["b-tinyproxy"]
+    assert digests["a-tinyproxy"] != digests["c-tinyproxy"]
 
 
 def test_a_namespace_that_selects_runtimes_gets_their_variables_in_its_proxy_config(mocked: Harness) -> None:

@@ -31,7 +31,10 @@ CHANGES: dict[str, dict[str, Any]] = {
     "credentials": {"proxy-component:proxy": {"upstream": {"url": "http://u:p@proxy.corp:3128"}}},
     "helm values Secrets": {"proxy-component:helmValuesSecrets": [{"profile": "argo-cd", "namespace": "argocd"}]},
     "no firewall, control plane": {
-        "proxy-component:deployment": {"firewall": {"enabled": False}, "controlPlane": True}
+        "proxy-component:deployment": {
+            "firewall": {"enabled": False, "allowClusterDestinations": True},
+            "controlPlane": True,
+        }
     },
     "another pod CIDR": {"proxy-component:cluster": {**DEV["proxy-component:cluster"], "podCidrs": ["fd00:20::/56"]}},
 }

@@ -1,16 +1,22 @@
-"""No path through the proxy to the node itself: the rendered objects, real tinyproxy and real nftables, live.
+"""No path through the proxy to the node itself or into the cluster: the rendered objects, real tinyproxy and
+real nftables, live.
 
 The test builds its own lab from two network namespaces joined by a veth pair:
 
     node     192.0.2.1, 2001:db8::1 (and loopback); tinyproxy runs here as the rendered UID, with the
              rendered tinyproxy.conf, Filter and nftables table (loaded by the init container's own command);
-             an origin listens on [::]:443, so any request that reaches the node's own addresses is seen
+             an origin listens on [::]:443, so any request that reaches the node's own addresses is seen; a
+             resolver on 127.0.0.53 (like systemd-resolved's) and an upstream stand-in on [::]:3128
     outside  192.0.2.2, 2001:db8::2 (the "internet"), plus 169.254.169.254, 168.63.129.16, 100.100.100.200
-             and fd00:ec2::254 (the metadata endpoints); an origin listens on [::]:443
+             and fd00:ec2::254 (the metadata endpoints), addresses in the cluster's pod, service and node
+             ranges and just outside them, resolvers (AWS's 169.254.169.253 and fd00:ec2::253, a VPC
+             resolver in the node range) and upstream addresses; an origin listens on [::]:443, resolvers
+             on port 53 and an upstream stand-in on [::]:3128
 
-Names resolve through the node namespace's own /etc/hosts (`ip netns exec` mounts /etc/netns/NAME/hosts);
-its resolv.conf names only 127.0.0.1, so no lookup leaves the namespace. Nothing is sent to any address
-outside the lab. It needs root, iproute2, nftables and tinyproxy: CI has them, and a missing one fails.
+Names resolve through the node namespace's own /etc/hosts (`ip netns exec` mounts /etc/netns/NAME/hosts),
+and through the resolver its resolv.conf names (one of the lab's; each run writes it). Nothing is sent to
+any address outside the lab. It needs root, iproute2, nftables and tinyproxy: CI has them, and a missing one
+fails.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import ipaddress
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -69,6 +76,60 @@ BAD_NAMES = {
 }
 GOOD = {"external.test": EXTERNAL_V4, EXTERNAL_V4: EXTERNAL_V4, EXTERNAL_V6: EXTERNAL_V6}
 
+# A dual-stack cluster whose ranges the firewall refuses to tinyproxy by default.
+LAB_CLUSTER = {
+    "ipFamily": "dual",
+    "podCidrs": ["10.244.0.0/16", "fd00:10:244::/56"],
+    "serviceCidrs": ["10.96.0.0/12", "fd00:10:96::/108"],
+    "nodeCidrs": ["10.0.0.0/16", "fd00:10::/64"],
+}
+# The first and last host address of each range, every spelling of each.
+IN_CLUSTER = {
+    "pod": ("10.244.0.1", "10.244.255.254", "fd00:10:244::1", "fd00:10:244:ff:ffff:ffff:ffff:fffe"),
+    "service": ("10.96.0.1", "10.111.255.254", "fd00:10:96::1", "fd00:10:96::f:fffe"),
+    "node": ("10.0.0.1", "10.0.255.254", "fd00:10::1", "fd00:10::ffff:ffff:ffff:fffe"),
+}
+# Addresses just outside those ranges: the rule must not reach past them.
+CLUSTER_EDGES = (
+    "10.1.0.1",
+    "10.95.255.254",
+    "10.112.0.1",
+    "10.243.255.254",
+    "10.245.0.1",
+    "fd00:10:0:1::1",
+    "fd00:10:96::10:0",
+    "fd00:10:244:100::1",
+)
+# Names that resolve (through /etc/hosts) into the cluster's ranges; dual.test to one of each family.
+CLUSTER_NAMES = {
+    "pod.test": ("10.244.0.1",),
+    "pod6.test": ("fd00:10:244::1",),
+    "svc.test": ("10.96.0.1",),
+    "svc6.test": ("fd00:10:96::1",),
+    "node.test": ("10.0.0.1",),
+    "node6.test": ("fd00:10::1",),
+    "dual.test": ("10.244.255.254", "fd00:10:96::f:fffe"),
+}
+# Resolvers tinyproxy may use, each behind one of the firewall's refusals: the node's own address, a cloud
+# resolver in denyCidrs (link-local, AWS's IPv6 one) and a VPC resolver in the node range.
+RESOLVERS = {
+    "node loopback": "127.0.0.53",
+    "AWS link-local": "169.254.169.253",
+    "AWS IPv6": "fd00:ec2::253",
+    "VPC, in the node range": "10.0.0.2",
+}
+NOT_A_RESOLVER = "10.0.0.3"  # in the node range, with a resolver listening, never in resolv.conf
+BIG_NAME = "big.test"  # answered only over TCP (the UDP answer is truncated), with EXTERNAL_V4
+UPSTREAMS = {"node loopback": "127.0.0.1", "link-local": "169.254.10.10", "node range": "10.0.0.50"}
+UPSTREAM_PORT = 3128
+OUTSIDE_EXTRA = (
+    *(a for addresses in IN_CLUSTER.values() for a in addresses),
+    *CLUSTER_EDGES,
+    *(a for a in RESOLVERS.values() if not ipaddress.ip_address(a).is_loopback),
+    NOT_A_RESOLVER,
+    *(a for a in UPSTREAMS.values() if not ipaddress.ip_address(a).is_loopback),
+)
+
 
 @dataclass(frozen=True)
 class Case:
@@ -76,6 +137,7 @@ class Case:
     host: str
     kind: str  # "literal", "name" or "good"
     cls: str = ""  # for a literal: the class of the address it spells
+    port: int = PORT
 
 
 def _cases() -> list[Case]:
@@ -93,6 +155,25 @@ def _cases() -> list[Case]:
 
 
 CASES = _cases()
+
+
+def _cluster_cases() -> list[Case]:
+    hosts: dict[str, str] = {}
+    for cls, addresses in IN_CLUSTER.items():
+        for address in addresses:
+            for text in sorted(spellings(address)):
+                hosts.setdefault(text, cls)
+    cases = [Case(f"k{i}", host, "literal", hosts[host]) for i, host in enumerate(sorted(hosts))]
+    cases += [Case(f"kn{i}", name, "name") for i, name in enumerate(sorted(CLUSTER_NAMES))]
+    cases += [Case(f"ke{i}", host, "good") for i, host in enumerate(CLUSTER_EDGES)]
+    return cases
+
+
+CLUSTER_CASES = _cluster_cases()
+
+
+def _canonical(address: str) -> str:
+    return str(ipaddress.ip_address(address))
 
 
 def _run(*args: str, ns: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -117,9 +198,16 @@ class Outcome:
 @dataclass
 class Run:
     outcomes: dict[str, Outcome]
-    node_seen: list[dict[str, Any]]
-    outside_seen: list[dict[str, Any]]
+    seen: dict[str, list[dict[str, Any]]]  # by server: node, outside (origins on 443), dns, upstream
     tinyproxy_log: str
+
+    @property
+    def node_seen(self) -> list[dict[str, Any]]:
+        return self.seen["node"]
+
+    @property
+    def outside_seen(self) -> list[dict[str, Any]]:
+        return self.seen["outside"]
 
 
 class Lab:
@@ -131,6 +219,21 @@ class Lab:
         self.workdir = workdir
         self.procs: list[subprocess.Popen[str]] = []
         self.etc = Path("/etc/netns") / self.node
+        self.logs: dict[str, list[Path]] = {}
+
+    def serve(self, kind: str, ns: str, *args: str) -> None:
+        """Start a netns_agent server in `ns`; what it sees is logged under `kind`."""
+        log = self.workdir / f"{kind}-{ns}.log"
+        self.logs.setdefault(kind, []).append(log)
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", ns, sys.executable, str(AGENT), args[0], str(log), *args[1:]],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.procs.append(proc)
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "ready", f"{kind} in {ns} did not start"
 
     def setup(self) -> None:
         node, out = self.node, self.outside
@@ -142,30 +245,28 @@ class Lab:
         _run("ip", "addr", "add", f"{NODE_V6}/64", "dev", "pcn0", "nodad", ns=node)
         _run("ip", "addr", "add", f"{EXTERNAL_V4}/24", "dev", "pco0", ns=out)
         _run("ip", "addr", "add", f"{EXTERNAL_V6}/64", "dev", "pco0", "nodad", ns=out)
-        for address in METADATA:
+        for address in (*METADATA, *OUTSIDE_EXTRA):
             prefix = 128 if ":" in address else 32
             _run(
                 "ip", "addr", "add", f"{address}/{prefix}", "dev", "pco0", *(["nodad"] if prefix == 128 else []), ns=out
             )
         for ns, dev in ((node, "pcn0"), (out, "pco0")):
             _run("ip", "link", "set", dev, "up", ns=ns)
-        for address in METADATA:
+        for address in (*METADATA, *OUTSIDE_EXTRA):
             _run("ip", "route", "add", address, "dev", "pcn0", ns=node)
         self.etc.mkdir(parents=True, exist_ok=True)
-        hosts = [f"{address} {name}" for name, address in {**BAD_NAMES, "external.test": EXTERNAL_V4}.items()]
+        names = {**BAD_NAMES, "external.test": EXTERNAL_V4}
+        hosts = [f"{address} {name}" for name, address in names.items()]
+        hosts += [f"{address} {name}" for name, addresses in CLUSTER_NAMES.items() for address in addresses]
         (self.etc / "hosts").write_text("127.0.0.1 localhost\n" + "\n".join(hosts) + "\n", encoding="utf-8")
-        (self.etc / "resolv.conf").write_text("nameserver 127.0.0.1\n", encoding="utf-8")
-        self.node_log, self.outside_log = self.workdir / "node-origin.log", self.workdir / "outside-origin.log"
-        for ns, log in ((node, self.node_log), (out, self.outside_log)):
-            proc = subprocess.Popen(
-                ["ip", "netns", "exec", ns, sys.executable, str(AGENT), "origin", str(log), str(PORT)],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-            self.procs.append(proc)
-            assert proc.stdout is not None
-            assert proc.stdout.readline().strip() == "ready", f"origin in {ns} did not start"
+        self.serve("node", node, "origin", str(PORT))
+        self.serve("outside", out, "origin", str(PORT))
+        self.serve("upstream", node, "origin", str(UPSTREAM_PORT))
+        self.serve("upstream", out, "origin", str(UPSTREAM_PORT))
+        answers = json.dumps({BIG_NAME: [EXTERNAL_V4]})
+        on_node = [a for a in RESOLVERS.values() if ipaddress.ip_address(a).is_loopback]
+        self.serve("dns", node, "dns", answers, *on_node)
+        self.serve("dns", out, "dns", answers, *(a for a in RESOLVERS.values() if a not in on_node), NOT_A_RESOLVER)
 
     def teardown(self) -> None:
         for proc in self.procs:
@@ -175,25 +276,48 @@ class Lab:
             _run("ip", "netns", "del", ns, check=False)
         shutil.rmtree(self.etc, ignore_errors=True)
 
-    def proxy(self, settings: Settings, cases: list[Case]) -> Run:
-        """Deploy the rendered objects into the node namespace, send every case, and collect what was seen."""
+    def proxy(
+        self,
+        settings: Settings,
+        cases: list[Case],
+        *,
+        resolvers: tuple[str, ...] = ("127.0.0.1",),
+        fill_resolvers: bool = True,
+        firewall_from: Settings | None = None,
+    ) -> Run:
+        """Deploy the rendered objects into the node namespace, send every case, and collect what was seen.
+
+        `resolvers` become the namespace's resolv.conf (the node's, which the pod gets with dnsPolicy
+        Default). The controls: `fill_resolvers=False` loads the table with plain `nft -f`, leaving its
+        resolver sets empty; `firewall_from` loads the table rendered for other settings.
+        """
         config_dir = Path(tempfile.mkdtemp(prefix="pc-config-", dir=self.workdir))
         config_dir.chmod(0o755)
-        deployment = settings.deployment.model_copy(update={"config_dir": str(config_dir)})
-        settings = settings.model_copy(update={"deployment": deployment})
+
+        def located(s: Settings) -> Settings:
+            return s.model_copy(update={"deployment": s.deployment.model_copy(update={"config_dir": str(config_dir)})})
+
+        settings = located(settings)
         objects = _proxy_objects(settings)
-        for key, text in objects["ConfigMap"]["data"].items():
+        data = dict(objects["ConfigMap"]["data"])
+        if firewall_from is not None:
+            data["nftables.conf"] = _proxy_objects(located(firewall_from))["ConfigMap"]["data"]["nftables.conf"]
+        for key, text in data.items():
             (config_dir / key).write_text(text, encoding="utf-8")
             (config_dir / key).chmod(0o644)
+        resolv = "".join(f"nameserver {r}\n" for r in resolvers) + "options timeout:1 attempts:1\n"
+        (self.etc / "resolv.conf").write_text(resolv, encoding="utf-8")
         pod = objects["DaemonSet"]["spec"]["template"]["spec"]
         _run("nft", "flush", "ruleset", ns=self.node)
         for init in pod.get("initContainers", []):  # the firewall, exactly as the init container runs it
             assert init["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["NET_ADMIN"]}
-            _run(*init["command"], ns=self.node)
+            command = init["command"] if fill_resolvers else ["nft", "-f", str(config_dir / "nftables.conf")]
+            _run(*command, ns=self.node)
         uid = pod["securityContext"]["runAsUser"]
         command = pod["containers"][0]["command"]
-        for log in (self.node_log, self.outside_log):
-            log.write_text("", encoding="utf-8")
+        for logs in self.logs.values():
+            for log in logs:
+                log.write_text("", encoding="utf-8")
         proxy_log = self.workdir / "tinyproxy.log"
         with proxy_log.open("w", encoding="utf-8") as out:
             proc = subprocess.Popen(
@@ -215,7 +339,7 @@ class Lab:
         try:
             self._wait_listening(proc, settings.deployment.port, proxy_log)
             cases_file = self.workdir / "cases.json"
-            cases_file.write_text(json.dumps([{"id": c.id, "host": c.host, "port": PORT} for c in cases]))
+            cases_file.write_text(json.dumps([{"id": c.id, "host": c.host, "port": c.port} for c in cases]))
             result = subprocess.run(
                 ["ip", "netns", "exec", self.node, sys.executable, str(AGENT), "client", str(cases_file),
                  f"127.0.0.1:{settings.deployment.port}"],
@@ -231,10 +355,10 @@ class Lab:
         assert set(outcomes) == {c.id for c in cases}, "the client must answer for every case"
         time.sleep(0.2)  # let the origins write what they saw
 
-        def seen(log: Path) -> list[dict[str, Any]]:
-            return [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
+        def seen(logs: list[Path]) -> list[dict[str, Any]]:
+            return [json.loads(line) for log in logs for line in log.read_text(encoding="utf-8").splitlines()]
 
-        return Run(outcomes, seen(self.node_log), seen(self.outside_log), proxy_log.read_text(errors="replace"))
+        return Run(outcomes, {k: seen(v) for k, v in self.logs.items()}, proxy_log.read_text(errors="replace"))
 
     def _wait_listening(self, proc: subprocess.Popen[str], port: int, log: Path) -> None:
         deadline = time.monotonic() + TIMEOUT
@@ -278,9 +402,12 @@ def _proxy_objects(settings: Settings) -> dict[str, dict[str, Any]]:
     }
 
 
-def _settings(**deployment: Any) -> Settings:
+def _settings(*, cluster: dict[str, Any] | None = None, upstream: str | None = None, **deployment: Any) -> Settings:
     data = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))
     data.setdefault("deployment", {}).update(deployment)
+    data["cluster"].update(cluster or {})
+    if upstream is not None:
+        data["proxy"]["upstream"] = {"url": upstream}
     return parse_settings(data)
 
 
@@ -332,7 +459,7 @@ def test_the_kernel_rules_alone_refuse_every_spelling_and_name(lab: Lab) -> None
 
 def test_the_filter_alone_refuses_every_literal_spelling_but_not_names(lab: Lab) -> None:
     """The Filter is a second layer: it catches every literal spelling, and cannot see where a name resolves."""
-    run = lab.proxy(_settings(firewall={"enabled": False}), CASES)
+    run = lab.proxy(_settings(firewall={"enabled": False, "allowClusterDestinations": True}), CASES)
     literals = [c for c in CASES if c.kind == "literal" and c.cls != "node"]
     assert _reached(run, literals) == {}
     # What only the kernel rules stop: the node's own addresses (no static pattern knows them) and names.
@@ -351,7 +478,9 @@ def test_without_either_layer_the_lab_reaches_the_node(lab: Lab) -> None:
     """The control: with no Filter and no firewall the same requests do reach the node, so the tests can fail."""
     hosts = ["127.0.0.1", "0177.1", "[0::1]", "self.test", "169.254.169.254", "0xa9fea9fe"]
     cases = [Case(f"c{i}", host, "literal") for i, host in enumerate(hosts)]
-    run = lab.proxy(_settings(denyDestinations=[], firewall={"enabled": False}), cases)
+    run = lab.proxy(
+        _settings(denyDestinations=[], firewall={"enabled": False, "allowClusterDestinations": True}), cases
+    )
     assert set(_reached(run, cases)) == set(hosts)
     assert {row["local"] for row in run.node_seen} >= {"127.0.0.1", "::1", NODE_V4}
     assert {row["local"] for row in run.outside_seen} == {"169.254.169.254"}
@@ -365,3 +494,125 @@ def test_default_filter_is_what_the_tests_ran() -> None:
     assert "fib daddr type local" in rules
     for cidr in ("169.254.0.0/16", "fd00:ec2::/32", "0.0.0.0/8", "::/128"):
         assert str(ipaddress.ip_network(cidr)) in rules
+
+
+# --- the cluster's own ranges ---------------------------------------------------------------
+
+
+def _reached_fully(outcome: Outcome) -> bool:
+    """A plain GET answered by an origin, and a CONNECT tunnel that reached one."""
+    return (
+        outcome.get[0].startswith("HTTP/1.1 200")
+        and " 200 " in f"{outcome.connect[0]} "
+        and outcome.connect[1].startswith("HTTP/1.1 200")
+    )
+
+
+def test_the_generated_cluster_cases_cover_every_range() -> None:
+    literals = [c for c in CLUSTER_CASES if c.kind == "literal"]
+    assert {c.cls for c in literals} == set(IN_CLUSTER)
+    settings = _settings(cluster=LAB_CLUSTER)
+    ranges = [ipaddress.ip_network(n) for n in settings.cluster_destinations()]
+    for case in literals:  # each spelling means an address inside a refused range, as glibc reads it
+        packed = socket.inet_pton(socket.AF_INET6, case.host) if ":" in case.host else socket.inet_aton(case.host)
+        assert any(ipaddress.ip_address(packed) in net for net in ranges), case
+    for edge in CLUSTER_EDGES:
+        assert not any(ipaddress.ip_address(edge) in net for net in ranges), edge
+    assert len(literals) > 5000
+
+
+def test_the_kernel_rules_refuse_the_cluster_ranges_by_every_spelling_and_name(lab: Lab) -> None:
+    """Without the Filter: pods', Services' and nodes' addresses are refused, just outside them is reached."""
+    run = lab.proxy(_settings(cluster=LAB_CLUSTER, denyDestinations=[]), CLUSTER_CASES)
+    bad = [c for c in CLUSTER_CASES if c.kind != "good"]
+    assert _reached(run, bad) == {}
+    in_cluster = {_canonical(a) for addresses in IN_CLUSTER.values() for a in addresses}
+    seen = {_canonical(row["local"]) for row in run.outside_seen}
+    assert seen & in_cluster == set(), "no connection may reach an address in the cluster's ranges"
+    for case in (c for c in CLUSTER_CASES if c.kind == "good"):
+        assert _reached_fully(run.outcomes[case.id]), (case.host, run.outcomes[case.id])
+    assert seen == {_canonical(a) for a in CLUSTER_EDGES}
+    assert run.node_seen == []
+
+
+def test_allow_cluster_destinations_lets_tinyproxy_reach_them(lab: Lab) -> None:
+    """The setting, and the control: the same lab does reach the cluster's addresses when the rule is off."""
+    hosts = [*(a for addresses in IN_CLUSTER.values() for a in addresses), *CLUSTER_NAMES]
+    cases = [Case(f"a{i}", host, "literal") for i, host in enumerate(hosts)]
+    settings = _settings(cluster=LAB_CLUSTER, denyDestinations=[], firewall={"allowClusterDestinations": True})
+    run = lab.proxy(settings, cases)
+    assert all(_reached_fully(run.outcomes[c.id]) for c in cases), run.outcomes
+    in_cluster = {_canonical(a) for addresses in IN_CLUSTER.values() for a in addresses}
+    assert {_canonical(row["local"]) for row in run.outside_seen} == in_cluster
+
+
+# --- DNS over TCP -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("resolver", list(RESOLVERS))
+def test_dns_over_tcp_reaches_the_resolver_tinyproxy_uses(lab: Lab, resolver: str) -> None:
+    """An answer too large for UDP comes over TCP from the resolv.conf resolver, behind each kind of refusal."""
+    address = RESOLVERS[resolver]
+    settings = _settings(cluster=LAB_CLUSTER)
+    cases = [Case("d0", BIG_NAME, "good")]
+    run = lab.proxy(settings, cases, resolvers=(address,))
+    assert _reached_fully(run.outcomes["d0"]), (run.outcomes, run.tinyproxy_log)
+    assert {_canonical(row["local"]) for row in run.outside_seen} == {EXTERNAL_V4}
+    udp = {(row["local"], row["name"]) for row in run.seen["dns"] if row["transport"] == "udp"}
+    tcp = {(row["local"], row["name"]) for row in run.seen["dns"] if row.get("event") == "query"}
+    assert udp == tcp == {(address, BIG_NAME)}, run.seen["dns"]
+
+    # The control, without the exemption (as the rules were for the node's and the clouds' resolvers; the node
+    # range is refused since this change): the same table with its resolver sets empty refuses the TCP lookup.
+    before = lab.proxy(settings, cases, resolvers=(address,), fill_resolvers=False)
+    assert not before.outcomes["d0"].reached, before.outcomes
+    assert [row for row in before.seen["dns"] if row["transport"] == "tcp"] == []
+    assert {(row["local"], row["name"]) for row in before.seen["dns"]} == {(address, BIG_NAME)}
+    assert before.outside_seen == []
+
+
+def test_the_dns_exemption_is_port_53_of_the_resolvers_only(lab: Lab) -> None:
+    """Other ports of the resolver and port 53 elsewhere stay refused; what passes is its port 53 itself."""
+    resolver = RESOLVERS["VPC, in the node range"]
+    cases = [
+        Case("x0", resolver, "literal"),
+        Case("x1", NOT_A_RESOLVER, "literal", port=53),
+        Case("x2", "127.0.0.53", "literal", port=53),
+        Case("x3", resolver, "literal", port=53),
+    ]
+    run = lab.proxy(_settings(cluster=LAB_CLUSTER, denyDestinations=[]), cases, resolvers=(resolver,))
+    assert not run.outcomes["x0"].reached
+    assert run.outside_seen == []
+    assert run.node_seen == []
+    accepted = [row["local"] for row in run.seen["dns"] if row.get("event") == "accept"]
+    # A pod's plain-HTTP request to the resolver's own port 53 is let through (CONNECT is not: ConnectPort).
+    assert accepted == [resolver]
+    assert run.outcomes["x3"].connect[0] == "HTTP/1.1 403 Access violation"
+
+
+# --- an upstream proxy on the node or in a refused range ---------------------------------------
+
+
+@pytest.mark.parametrize("where", list(UPSTREAMS))
+def test_an_upstream_given_by_address_is_reached_on_its_port_only(lab: Lab, where: str) -> None:
+    """The node's loopback, link-local or the node range: exempt at exactly that address and port."""
+    address = UPSTREAMS[where]
+    settings = _settings(cluster=LAB_CLUSTER, upstream=f"http://{address}:{UPSTREAM_PORT}")
+    cases = [Case("u0", "external.test", "good")]
+    run = lab.proxy(settings, cases)
+    outcome = run.outcomes["u0"]
+    assert outcome.get[0].startswith("HTTP/1.1 200"), outcome
+    assert outcome.connect[0].startswith("HTTP/1.1 200"), outcome
+    lines = sorted((row["local"], row.get("line", "")) for row in run.seen["upstream"] if row["event"] == "request")
+    assert lines == [
+        (address, f"CONNECT external.test:{PORT} HTTP/1.1"),
+        (address, f"GET http://external.test:{PORT}/get-u0 HTTP/1.1"),
+    ]
+    assert run.outside_seen == []
+    assert run.node_seen == []
+
+    # The controls: rules rendered for the same address on another port, or another address, refuse it.
+    for other in (f"http://{address}:{UPSTREAM_PORT + 1}", f"http://192.0.2.3:{UPSTREAM_PORT}"):
+        before = lab.proxy(settings, cases, firewall_from=_settings(cluster=LAB_CLUSTER, upstream=other))
+        assert not before.outcomes["u0"].reached, (other, before.outcomes)
+        assert before.seen["upstream"] == [], other

@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 import yaml
 
-from proxy_component.render.proxy import tinyproxy_conf, tinyproxy_filter
+from proxy_component.render.proxy import daemonset, tinyproxy_conf, tinyproxy_filter
 from proxy_component.settings import Settings, parse_settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -583,3 +583,59 @@ def test_default_filter_refuses_the_node_itself(
     with sock:
         assert _status_line(head) == b"HTTP/1.1 403 Filtered", head
     assert origin.seen == [], "the origin must never see a request"
+
+
+# --- the kubelet's probes --------------------------------------------------------------------
+
+
+def _kubelet_get(http: Mapping[str, Any], port: int) -> bytes:
+    """The request the kubelet's HTTP prober sends for an httpGet probe (no keep-alive, no compression)."""
+    headers = {"Host": f"{http['host']}:{http['port']}", "User-Agent": "kube-probe/1.36", "Accept": "*/*"}
+    headers.update({h["name"]: h["value"] for h in http.get("httpHeaders", [])})
+    head = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+    with socket.create_connection((http["host"], port), timeout=TIMEOUT) as sock:
+        sock.sendall(f"GET {http['path']} HTTP/1.1\r\n{head}Connection: close\r\n\r\n".encode())
+        return _read_to_eof(sock)
+
+
+def _wait_for_log(proxy: Tinyproxy, text: str, count: int) -> str:
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        log = proxy.log_text()
+        if log.count(text) >= count:
+            return log
+        time.sleep(0.02)
+    pytest.fail(f"tinyproxy did not log {text!r} {count} times: {proxy.log_text()}")
+
+
+def test_the_rendered_probes_get_tinyproxys_own_answer_and_reach_nothing(
+    start_tinyproxy: Callable[[Settings], Tinyproxy], origin: _Origin, upstream: _FakeUpstream
+) -> None:
+    """Both probes as rendered, through the default Filter and an upstream: 200 from tinyproxy, no ERROR line."""
+    settings = parse_settings(_merge(_example(), {"proxy": {"upstream": {"url": f"http://127.0.0.1:{upstream.port}"}}}))
+    proxy = start_tinyproxy(settings)
+    # The fixture's own readiness poll is a bare TCP connect, which tinyproxy logs as an ERROR (see below):
+    # only what the probes add counts.
+    _wait_for_log(proxy, "closed socket before read", 1)
+    start = len(proxy.log_text())
+    container = daemonset(settings, "digest")["spec"]["template"]["spec"]["containers"][0]
+    for kind in ("readinessProbe", "livenessProbe"):
+        probe = container[kind]
+        assert "tcpSocket" not in probe
+        assert probe["httpGet"]["port"] == settings.deployment.port  # the Port line the test rewrote
+        response = _kubelet_get(probe["httpGet"], proxy.port)
+        assert response.startswith(b"HTTP/1.0 200 OK\r\n"), response
+        assert b"tinyproxy version 1.11" in response
+    log = _wait_for_log(proxy, "Request for the stathost.", 2)[start:]
+    assert log.count("Request for the stathost.") == 2, log
+    assert "ERROR" not in log, log
+    assert upstream.requests == []
+    assert origin.seen == []
+
+
+def test_a_bare_tcp_probe_makes_tinyproxy_log_an_error(start_tinyproxy: Callable[[Settings], Tinyproxy]) -> None:
+    """What a tcpSocket probe does (connect, close) and why the probes no longer do it."""
+    proxy = start_tinyproxy(example_settings())
+    socket.create_connection(("127.0.0.1", proxy.port), timeout=TIMEOUT).close()
+    log = _wait_for_log(proxy, "closed socket before read", 1)
+    assert "ERROR" in log

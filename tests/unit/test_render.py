@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import hashlib
 
+import pytest
+
 from proxy_component.render.env import ProxyValues, env_vars, proxy_config_object
 from proxy_component.render.proxy import (
     config_digest,
     config_object,
     daemonset,
+    firewall_command,
     firewall_rules,
     tinyproxy_conf,
     tinyproxy_filter,
 )
-from proxy_component.settings import parse_settings
+from proxy_component.settings import NetworkValues, Settings, SettingsError, image_is_mutable, parse_settings
 
 CLUSTER = {"podCidrs": ["10.244.0.0/16", "fd00:10:244::/56"], "nodeCidrs": ["192.168.0.0/24", "10.244.8.0/24"]}
 
@@ -60,7 +63,9 @@ def test_digest_is_scrypt_only_when_the_config_holds_credentials() -> None:
     conf = "Port 8888\n"
     content = "\0".join((conf, tinyproxy_filter(plain), firewall_rules(plain))).encode()
     assert config_digest(plain, conf) == hashlib.sha256(content).hexdigest()
-    no_firewall = parse_settings({"cluster": CLUSTER, "deployment": {"firewall": {"enabled": False}}})
+    no_firewall = parse_settings(
+        {"cluster": CLUSTER, "deployment": {"firewall": {"enabled": False, "allowClusterDestinations": True}}}
+    )
     assert config_digest(no_firewall, conf) != config_digest(plain, conf)
     scrypt = hashlib.scrypt(content, salt=b"proxy-component/tinyproxy.conf", n=2**14, r=8, p=1, dklen=32)
     assert config_digest(secret, conf) == scrypt.hex()
@@ -119,12 +124,16 @@ def test_the_firewall_init_container_is_root_with_net_admin_only() -> None:
     settings = parse_settings({"cluster": CLUSTER, "deployment": {"runAsUser": 50000}})
     pod = daemonset(settings, "digest")["spec"]["template"]["spec"]
     (init,) = pod["initContainers"]
-    assert init["command"] == ["nft", "-f", "/etc/tinyproxy/nftables.conf"]
+    assert init["command"][:2] == ["/bin/sh", "-c"]
+    assert 'include "/etc/tinyproxy/nftables.conf"' in init["command"][2]
+    assert init["command"][2].endswith("} | nft -f -")
     assert init["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["NET_ADMIN"]}
     assert init["securityContext"]["allowPrivilegeEscalation"] is False
     assert pod["securityContext"]["runAsUser"] == 50000
     assert "meta skuid 50000 " in firewall_rules(settings)
-    off = parse_settings({"cluster": CLUSTER, "deployment": {"firewall": {"enabled": False}}})
+    off = parse_settings(
+        {"cluster": CLUSTER, "deployment": {"firewall": {"enabled": False, "allowClusterDestinations": True}}}
+    )
     assert "initContainers" not in daemonset(off, "digest")["spec"]["template"]["spec"]
     assert "nftables.conf" not in config_object(off, "conf")["data"]
 
@@ -142,3 +151,110 @@ def test_numbers_are_quantities_as_kubernetes_reads_them() -> None:
     )
     assert settings.deployment.resources.limits == {"cpu": "1", "memory": "128Mi"}
     assert settings.deployment.resources.requests == {"cpu": "0.5"}
+
+
+def _rules(settings: Settings, network: NetworkValues | None = None) -> list[str]:
+    return [line.strip() for line in firewall_rules(settings, network).splitlines()]
+
+
+def test_the_firewall_refuses_the_cluster_ranges_unless_allowed() -> None:
+    cluster = {**CLUSTER, "serviceCidrs": ["10.96.0.0/12", "fd00:10:96::/108"]}
+    settings = parse_settings({"cluster": cluster})
+    refuse = "meta skuid 61888 tcp flags syn / syn,ack"
+    reject = "counter reject with tcp reset"
+    rules = _rules(settings)
+    # Collapsed per family (10.244.8.0/24 lies in the pod range), after the node-local and metadata rules.
+    assert rules[-4:-2] == [
+        f"{refuse} ip daddr {{ 10.96.0.0/12, 10.244.0.0/16, 192.168.0.0/24 }} {reject}",
+        f"{refuse} ip6 daddr {{ fd00:10:96::/108, fd00:10:244::/56 }} {reject}",
+    ]
+    assert rules.index(f"{refuse} fib daddr type local {reject}") < len(rules) - 4
+    allowed = parse_settings({"cluster": cluster, "deployment": {"firewall": {"allowClusterDestinations": True}}})
+    assert not any("10.96.0.0/12" in line for line in _rules(allowed))
+    # Ranges a cluster resource gives at run time join the settings' own, named by their origin when wrong.
+    network = NetworkValues(origin="eks:prod", service_cidrs=["172.20.0.0/16"], node_cidrs=["fd00:20::/64"])
+    assert f"{refuse} ip daddr {{ 10.96.0.0/12, 10.244.0.0/16, 172.20.0.0/16, 192.168.0.0/24 }} {reject}" in _rules(
+        settings, network
+    )
+    with pytest.raises(SettingsError, match=r"eks:prod\.podCidrs\[0\]: 'x' is not a CIDR"):
+        firewall_rules(settings, NetworkValues(origin="eks:prod", pod_cidrs=["x"]))
+
+
+def test_the_firewall_accepts_dns_over_tcp_to_the_resolvers_and_the_upstream_by_address_only() -> None:
+    uid = "meta skuid 61888"
+    plain = _rules(parse_settings({"cluster": CLUSTER}))
+    assert "set resolvers4 { type ipv4_addr; }" in plain
+    assert "set resolvers6 { type ipv6_addr; }" in plain
+    accepts = [line for line in plain if line.endswith("accept")]
+    assert accepts == [
+        f"{uid} ip daddr @resolvers4 tcp dport 53 counter accept",
+        f"{uid} ip6 daddr @resolvers6 tcp dport 53 counter accept",
+    ]
+    by_address = parse_settings({"cluster": CLUSTER, "proxy": {"upstream": {"url": "http://u:p@127.0.0.1:3128"}}})
+    assert f"{uid} ip daddr 127.0.0.1 tcp dport 3128 counter accept" in _rules(by_address)
+    by_name = parse_settings({"cluster": CLUSTER, "proxy": {"upstream": {"url": "http://proxy.corp:3128"}}})
+    assert [line for line in _rules(by_name) if line.endswith("accept")] == accepts
+    # Every accept comes before the first reject.
+    rules = _rules(by_address)
+    assert max(i for i, line in enumerate(rules) if line.endswith("accept")) < min(
+        i for i, line in enumerate(rules) if "reject" in line
+    )
+
+
+def test_the_init_script_fills_the_resolver_sets_from_resolv_conf() -> None:
+    script = firewall_command(parse_settings({"cluster": CLUSTER}))[2]
+    assert "done < /etc/resolv.conf" in script
+    assert 'echo "add element inet proxy-component resolvers4 { $value }"' in script
+    assert 'echo "add element inet proxy-component resolvers6 { $value }"' in script
+
+
+def test_the_firewall_text_is_the_same_for_the_same_ranges_in_any_order() -> None:
+    a = parse_settings({"cluster": {"podCidrs": ["10.244.0.0/16", "fd00::/56"], "nodeCidrs": ["10.0.0.0/16"]}})
+    b = parse_settings({"cluster": {"nodeCidrs": ["10.0.0.0/16"], "podCidrs": ["fd00::/56", "10.244.0.0/16"]}})
+    assert firewall_rules(a) == firewall_rules(b)
+
+
+def test_the_probes_ask_tinyproxys_stat_host_on_loopback() -> None:
+    settings = parse_settings({"cluster": CLUSTER, "deployment": {"port": 3129}})
+    conf = tinyproxy_conf(settings, settings.allowed_sources())
+    assert 'StatHost "proxy-component.invalid"' in conf.splitlines()
+    container = daemonset(settings, "digest")["spec"]["template"]["spec"]["containers"][0]
+    for kind in ("readinessProbe", "livenessProbe"):
+        assert container[kind]["httpGet"] == {
+            "host": "127.0.0.1",
+            "port": 3129,
+            "path": "/",
+            "httpHeaders": [{"name": "Host", "value": "proxy-component.invalid"}],
+        }
+
+
+def test_images_are_versioned_and_pulled_if_not_present_by_default() -> None:
+    settings = parse_settings({"cluster": CLUSTER})
+    pod = daemonset(settings, "digest")["spec"]["template"]["spec"]
+    containers = [*pod["initContainers"], *pod["containers"]]
+    assert [c["image"] for c in containers] == [
+        "registry.k8s.io/kube-proxy:v1.36.3",
+        "ghcr.io/sergelogvinov/tinyproxy:1.11.1",
+    ]
+    assert {c["imagePullPolicy"] for c in containers} == {"IfNotPresent"}
+    assert not any(image_is_mutable(c["image"]) for c in containers)
+    pinned = "ghcr.io/sergelogvinov/tinyproxy:1.11.1@sha256:" + "ab" * 32
+    always = parse_settings({"cluster": CLUSTER, "deployment": {"image": pinned, "imagePullPolicy": "Always"}})
+    container = daemonset(always, "digest")["spec"]["template"]["spec"]["containers"][0]
+    assert (container["image"], container["imagePullPolicy"]) == (pinned, "Always")
+
+
+@pytest.mark.parametrize(
+    ("image", "mutable"),
+    [
+        ("docker.io/vimagick/tinyproxy", True),
+        ("docker.io/vimagick/tinyproxy:latest", True),
+        ("registry.local:5000/tinyproxy", True),
+        ("registry.local:5000/tinyproxy:stable", True),
+        ("ghcr.io/sergelogvinov/tinyproxy:1.11.1", False),
+        ("registry.k8s.io/kube-proxy:v1.36.3", False),
+        ("docker.io/vimagick/tinyproxy:latest@sha256:" + "0" * 64, False),
+    ],
+)
+def test_which_image_references_are_mutable(image: str, mutable: bool) -> None:
+    assert image_is_mutable(image) is mutable
