@@ -223,7 +223,10 @@ def test_a_workload_with_a_stale_no_proxy(live: Live) -> None:
     try:
         (finding,) = live.findings()
         assert finding["object"] == "Deployment default/stale"
-        assert finding["message"] == "container app: NO_PROXY is stale (differs from the composed NO_PROXY for its runtimes)"
+        assert (
+            finding["message"]
+            == "container app: NO_PROXY is stale (differs from the composed NO_PROXY for its runtimes)"
+        )
     finally:
         live.kubectl("-n", "default", "delete", "deployment", "stale")
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pulumi
+import pulumi_kubernetes as k8s
 import pytest
 
 from proxy_component import ClusterNetwork, ClusterProxy, ClusterProxyArgs, SettingsError

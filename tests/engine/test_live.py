@@ -118,6 +118,14 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         subprocess.run(["bash", str(ROOT / "scripts/cluster"), "down"], env=env, capture_output=True, timeout=300)
 
 
+@pytest.fixture(autouse=True)
+def _clean(cluster: Cluster) -> Iterator[None]:
+    """Each test starts with none of the component's objects, whatever the one before left."""
+    yield
+    for kind, namespace, name in OBJECTS:
+        cluster.kubectl("delete", kind, name, "--ignore-not-found", *(["-n", namespace] if namespace else []))
+
+
 def stack(project_factory: Any, cluster: Cluster, name: str, settings: dict[str, Any], **provider: Any) -> Project:
     project: Project = project_factory(".", name, name)
     (project.dir / "Pulumi.dev.yaml").unlink()
@@ -245,18 +253,29 @@ def test_a_default_provider_stack_moves_to_the_one_explicit_provider_and_adopt_t
         project.up()
     providers = [r["urn"].split("::")[-1] for r in project.export()["deployment"]["resources"] if r["type"] == PROVIDER]
     assert providers == ["default_4_32_0"], providers
+    before = {r["urn"] for r in project.export()["deployment"]["resources"] if r["type"].startswith("kubernetes:")}
 
-    for adopt in (None, True, False):
-        if adopt is not None:
-            project.config(f"{NS}:adoptExisting", adopt)
+    # pulumi-kubernetes creates with a client-side create and moves the fields to its server-side apply manager on
+    # the first update, but not in a preview (pkg/await/await.go, fixCSAFieldManagers): the dry run keeps the old
+    # probes' tcpSocket beside the new httpGet. The CHANGELOG's upgrade notes say to run `up` once.
+    first = project.run("preview", "--json", check=False)
+    assert first.returncode != 0
+    errors = [d["message"] for d in json.loads(first.stdout)["diagnostics"] if d.get("severity") == "error"]
+    assert "may not specify more than 1 handler type" in errors[0], errors
+    up = project.up()
+    summary = [line for line in up.stdout.splitlines() if re.search(r"\b(replaced|deleted)\b", line)]
+    assert summary == [], summary
+    after = {r["urn"] for r in project.export()["deployment"]["resources"] if r["type"].startswith("kubernetes:")}
+    assert after == before
+    providers = [r["urn"].split("::")[-1] for r in project.export()["deployment"]["resources"] if r["type"] == PROVIDER]
+    assert providers == ["cluster"], providers
+
+    for adopt in (True, False):
+        project.config(f"{NS}:adoptExisting", adopt)
         ops = changes(project.preview_json())
-        assert not REPLACING & ops.keys(), (adopt, ops)
-        assert not ops.get("create"), (adopt, ops)
+        assert ops == {"update": ["cluster"]}, (adopt, ops)
         project.up()
-        providers = [
-            r["urn"].split("::")[-1] for r in project.export()["deployment"]["resources"] if r["type"] == PROVIDER
-        ]
-        assert providers == ["cluster"], providers
+    project.run("preview", "--expect-no-changes")
     project.run("destroy", "--yes", "--skip-preview")
 
 
