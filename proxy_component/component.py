@@ -69,18 +69,8 @@ def _child_opts(parent: pulumi.Resource, extra: pulumi.ResourceOptions | None = 
 class ClusterProxy(pulumi.ComponentResource):
     """The egress proxy (tinyproxy DaemonSet + Service) and the proxy settings for every consumer."""
 
-    no_proxy: pulumi.Output[str]
-    http_proxy: pulumi.Output[str]
-    https_proxy: pulumi.Output[str]
-    proxy_url: pulumi.Output[str]
-    env: pulumi.Output[list[dict[str, str]]]
-    no_proxy_python: pulumi.Output[str]
-    jdk_java_options: pulumi.Output[str]
-    workload_values: ProxyValues
-    helm_values: dict[str, pulumi.Output[dict[str, Any]]]
-    kubeadm_config_spec: pulumi.Output[dict[str, Any]] | None
-    settings: Settings
-    resources: dict[str, pulumi.CustomResource]
+    # The attributes are declared where __init__ sets them, not here: `provider.ClusterProxy` (for other
+    # languages) subclasses this class, and the schema analyzer reads every class-level annotation as an output.
 
     def __init__(self, name: str, args: ClusterProxyArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(TYPE_TOKEN, name, None, opts)
@@ -89,24 +79,24 @@ class ClusterProxy(pulumi.ComponentResource):
         settings = parse_settings(args.settings)
         network = args.network
         check_allow_sources(settings, network is not None and network.gives_allow_sources)
-        self.settings = settings
-        self.resources = {}
+        self.settings: Settings = settings
+        self.resources: dict[str, pulumi.CustomResource] = {}
 
         composed = self._compose(settings, network)
         no_proxy = composed.apply(lambda c: self._report(settings, c[0]))
         secret = settings.has_credentials
-        self.http_proxy = _maybe_secret(settings.http_proxy, secret)
-        self.https_proxy = _maybe_secret(settings.https_proxy, secret)
-        self.no_proxy = no_proxy
-        self.proxy_url = (
+        self.http_proxy: pulumi.Output[str] = _maybe_secret(settings.http_proxy, secret)
+        self.https_proxy: pulumi.Output[str] = _maybe_secret(settings.https_proxy, secret)
+        self.no_proxy: pulumi.Output[str] = no_proxy
+        self.proxy_url: pulumi.Output[str] = (
             pulumi.Output.from_input(settings.in_cluster_url) if settings.deployment.enabled else self.http_proxy
         )
         values = self._values(settings, composed.apply(lambda c: c[0]), no_proxy)
-        self.no_proxy_python = pulumi.Output.from_input(values.no_proxy_python)
-        self.jdk_java_options = pulumi.Output.from_input(values.java_options or "")
-        self.workload_values = values
+        self.no_proxy_python: pulumi.Output[str] = pulumi.Output.from_input(values.no_proxy_python)
+        self.jdk_java_options: pulumi.Output[str] = pulumi.Output.from_input(values.java_options or "")
+        self.workload_values: ProxyValues = values
         env: pulumi.Output[Any] = pulumi.Output.from_input(env_vars(values))
-        self.env = pulumi.Output.secret(env) if secret else env
+        self.env: pulumi.Output[list[dict[str, str]]] = pulumi.Output.secret(env) if secret else env
 
         conf: pulumi.Output[str] = composed.apply(lambda c: tinyproxy_conf(settings, c[1]))
         if settings.proxy.upstream is not None and settings.proxy.upstream.credentials is not None:
@@ -145,11 +135,11 @@ class ClusterProxy(pulumi.ComponentResource):
         for planned in plan(settings, inputs):
             self.resources[planned.key] = self._register(name, planned, args.management_provider)
 
-        self.helm_values = {
+        self.helm_values: dict[str, pulumi.Output[dict[str, Any]]] = {
             profile: _maybe_secret(helm_values(profile, profile_values(profile)), secret) for profile in PROFILES
         }
         self._profile_values = profile_values
-        self.kubeadm_config_spec = self._capi(settings, no_proxy)
+        self.kubeadm_config_spec: pulumi.Output[dict[str, Any]] | None = self._capi(settings, no_proxy)
         self.register_outputs(
             {
                 "no_proxy": self.no_proxy,

@@ -1,0 +1,236 @@
+"""The settings as TypedDicts of `pulumi.Input`, for ClusterProxy in every Pulumi language.
+
+Generated from the pydantic model in `settings.py` by `python -m proxy_component._codegen`; do not edit.
+Each key is the YAML file's camelCase key in the schema (its snake_case name here).
+"""
+
+# No `from __future__ import annotations`: the schema analyzer reads these annotations as objects.
+from collections.abc import Mapping, Sequence
+from typing import TypedDict
+
+import pulumi
+from typing_extensions import NotRequired
+
+__all__ = [
+    "CapiSettingsArgs",
+    "ClusterSettingsArgs",
+    "DeploymentSettingsArgs",
+    "FirewallSettingsArgs",
+    "HelmValuesSecretArgs",
+    "InjectionSettingsArgs",
+    "ProxySettingsArgs",
+    "ResourcesArgs",
+    "RuntimeSettingsArgs",
+    "SettingsArgs",
+    "UpstreamSettingsArgs",
+]
+
+
+class ResourcesArgs(TypedDict):
+    """Container requests and limits, in Kubernetes quantity syntax (numbers are accepted, as `cpu: 1`)."""
+
+    requests: NotRequired[pulumi.Input[Mapping[str, pulumi.Input[str]]]]
+
+    limits: NotRequired[pulumi.Input[Mapping[str, pulumi.Input[str]]]]
+
+
+class FirewallSettingsArgs(TypedDict):
+    """Kernel rules that stop tinyproxy from reaching the node itself, link-local and metadata addresses."""
+
+    enabled: NotRequired[pulumi.Input[bool]]
+    """Load the rules; without them only the name Filter stands between pods and the node."""
+
+    image: NotRequired[pulumi.Input[str]]
+    """An image with nft and a POSIX /bin/sh, run as root with NET_ADMIN only (kube-proxy's ships both)."""
+
+    deny_cidrs: NotRequired[pulumi.Input[Sequence[pulumi.Input[str]]]]
+    """Destinations refused besides the node's own addresses."""
+
+    allow_cluster_destinations: NotRequired[pulumi.Input[bool]]
+    """Let tinyproxy reach the cluster's pod, service and node ranges; by default they are refused, since tinyproxy on the node's network would let a pod past its NetworkPolicy (those calls belong in NO_PROXY)."""
+
+
+class UpstreamSettingsArgs(TypedDict):
+    """A corporate proxy that tinyproxy chains to; its credentials stay in a Secret."""
+
+    url: pulumi.Input[str]
+
+    username: NotRequired[pulumi.Input[str]]
+
+    password: NotRequired[pulumi.Input[str]]
+    """Kept in Secrets only."""
+
+    no_upstream: NotRequired[pulumi.Input[Sequence[pulumi.Input[str]]]]
+    """Destinations tinyproxy reaches directly, not through the upstream."""
+
+
+class HelmValuesSecretArgs(TypedDict):
+    """A Secret with key `values.yaml` holding one profile's values, for Flux `valuesFrom` or app platforms."""
+
+    profile: pulumi.Input[str]
+
+    namespace: pulumi.Input[str]
+
+    name: NotRequired[pulumi.Input[str]]
+    """Default: <profile>-proxy-values."""
+
+    runtimes: NotRequired[pulumi.Input[Sequence[pulumi.Input[str]]]]
+    """The chart's runtimes (java, node, python); default: the cluster-wide flags. One of: java, node, python."""
+
+
+class CapiSettingsArgs(TypedDict):
+    """Cluster API: the Secrets a management cluster needs so machines boot with the proxy."""
+
+    enabled: NotRequired[pulumi.Input[bool]]
+
+    namespace: NotRequired[pulumi.Input[str]]
+    """Namespace of the Cluster object in the management cluster."""
+
+    export_to_kubeadm: NotRequired[pulumi.Input[bool]]
+    """Also export the proxy variables before kubeadm runs, so static pods get them (with the full NO_PROXY)."""
+
+    tkg_addons: NotRequired[pulumi.Input[bool]]
+    """TKG-style addon value Secrets for vSphere CPI, CSI and kapp-controller."""
+
+
+class RuntimeSettingsArgs(TypedDict):
+    """Which runtimes' renderings workloads get beside the six variables: opt-in, per cluster, namespace, workload."""
+
+    java: NotRequired[pulumi.Input[bool]]
+    """JDK_JAVA_OPTIONS for every workload that gets the env."""
+
+    node: NotRequired[pulumi.Input[bool]]
+    """NODE_USE_ENV_PROXY=1 for every workload that gets the env."""
+
+    python: NotRequired[pulumi.Input[bool]]
+    """The Python-safe NO_PROXY in both spellings, cluster-wide."""
+
+    namespaces: NotRequired[pulumi.Input[Mapping[str, pulumi.Input[Sequence[pulumi.Input[str]]]]]]
+    """A namespace's runtimes, replacing the cluster-wide flags there. One of: java, node, python."""
+
+    annotation: NotRequired[pulumi.Input[str]]
+    """On a workload or its pod template: its runtimes ('java,node', or 'none'), replacing the rest."""
+
+
+class InjectionSettingsArgs(TypedDict):
+    """Which workloads get the proxy env from the Kyverno policy and the Pulumi stack transform."""
+
+    exclude_namespaces: NotRequired[pulumi.Input[Sequence[pulumi.Input[str]]]]
+
+    opt_out_annotation: NotRequired[pulumi.Input[str]]
+    """A workload or pod with this annotation set to "false" is skipped."""
+
+    kyverno: NotRequired[pulumi.Input[bool]]
+    """Create the Kyverno ClusterPolicy that injects the env into pods."""
+
+
+class DeploymentSettingsArgs(TypedDict):
+    """The in-cluster tinyproxy: where it runs, which image, and who may use it for what."""
+
+    enabled: NotRequired[pulumi.Input[bool]]
+
+    namespace: NotRequired[pulumi.Input[str]]
+
+    service_name: NotRequired[pulumi.Input[str]]
+
+    port: NotRequired[pulumi.Input[int]]
+
+    image: NotRequired[pulumi.Input[str]]
+    """Any image with tinyproxy >= 1.11 on PATH."""
+
+    image_pull_policy: NotRequired[pulumi.Input[str]]
+    """Of both containers. One of: IfNotPresent, Always, Never."""
+
+    run_as_user: NotRequired[pulumi.Input[int]]
+    """tinyproxy's UID (and GID): one no other process on the node uses, since the firewall matches it."""
+
+    firewall: NotRequired[pulumi.Input[FirewallSettingsArgs]]
+
+    control_plane: NotRequired[pulumi.Input[bool]]
+    """Also run on control-plane nodes (node-role.kubernetes.io/control-plane)."""
+
+    resources: NotRequired[pulumi.Input[ResourcesArgs]]
+
+    allowed_source_cidrs: NotRequired[pulumi.Input[Sequence[pulumi.Input[str]]]]
+
+    connect_ports: NotRequired[pulumi.Input[Sequence[pulumi.Input[int]]]]
+
+    internal_traffic_policy: NotRequired[pulumi.Input[str]]
+    """One of: Cluster, Local."""
+
+    max_clients: NotRequired[pulumi.Input[int]]
+
+    deny_destinations: NotRequired[pulumi.Input[Sequence[pulumi.Input[str]]]]
+    """Extended regular expressions over the request's host that tinyproxy refuses (its Filter)."""
+
+    config_dir: NotRequired[pulumi.Input[str]]
+    """Where the config is mounted in the container."""
+
+
+class ClusterSettingsArgs(TypedDict):
+    """The cluster's networks and endpoints, everything that must bypass the proxy."""
+
+    name: NotRequired[pulumi.Input[str]]
+
+    dns_domain: NotRequired[pulumi.Input[str]]
+
+    pod_cidrs: NotRequired[pulumi.Input[Sequence[pulumi.Input[str]]]]
+
+    service_cidrs: NotRequired[pulumi.Input[Sequence[pulumi.Input[str]]]]
+
+    node_cidrs: NotRequired[pulumi.Input[Sequence[pulumi.Input[str]]]]
+
+    api_server_hosts: NotRequired[pulumi.Input[Sequence[pulumi.Input[str]]]]
+
+    api_server_ips: NotRequired[pulumi.Input[Sequence[pulumi.Input[str]]]]
+
+    ip_family: NotRequired[pulumi.Input[str]]
+    """Inferred from the pod and service CIDRs when unset. One of: ipv4, ipv6, dual."""
+
+    cloud: NotRequired[pulumi.Input[str]]
+    """One of: none, aws, gcp, azure."""
+
+    region: NotRequired[pulumi.Input[str]]
+    """AWS region, for the .compute.internal suffix."""
+
+
+class ProxySettingsArgs(TypedDict):
+    """What pods and nodes use: the proxy URLs and extra NO_PROXY entries."""
+
+    http_proxy: NotRequired[pulumi.Input[str]]
+    """Defaults to the in-cluster proxy's URL."""
+
+    https_proxy: NotRequired[pulumi.Input[str]]
+    """Defaults to httpProxy."""
+
+    no_proxy: NotRequired[pulumi.Input[Sequence[pulumi.Input[str]]]]
+    """Entries added after the cluster's own."""
+
+    upstream: NotRequired[pulumi.Input[UpstreamSettingsArgs]]
+
+    node_http_proxy: NotRequired[pulumi.Input[str]]
+    """What node services (containerd, kubelet) use; default: httpProxy, else the upstream."""
+
+    node_https_proxy: NotRequired[pulumi.Input[str]]
+    """Default: nodeHttpProxy."""
+
+
+class SettingsArgs(TypedDict):
+    """Everything proxy-component needs to know; see the README's settings reference."""
+
+    proxy: NotRequired[pulumi.Input[ProxySettingsArgs]]
+
+    cluster: NotRequired[pulumi.Input[ClusterSettingsArgs]]
+
+    deployment: NotRequired[pulumi.Input[DeploymentSettingsArgs]]
+
+    namespaces: NotRequired[pulumi.Input[Sequence[pulumi.Input[str]]]]
+    """Namespaces that get a proxy-config ConfigMap."""
+
+    injection: NotRequired[pulumi.Input[InjectionSettingsArgs]]
+
+    runtimes: NotRequired[pulumi.Input[RuntimeSettingsArgs]]
+
+    capi: NotRequired[pulumi.Input[CapiSettingsArgs]]
+
+    helm_values_secrets: NotRequired[pulumi.Input[Sequence[pulumi.Input[HelmValuesSecretArgs]]]]
