@@ -127,17 +127,17 @@ def settings_from_inputs(value: Any) -> dict[str, Any]:
 
 def _known(value: Any, path: str) -> Any:
     if isinstance(value, pulumi.Output):
-        # Construct deserializes known values into Outputs whose futures are already resolved.
-        future = typing.cast("asyncio.Future[Any]", value._future)
-        is_known = typing.cast("asyncio.Future[bool]", value._is_known)
-        if not (future.done() and is_known.done() and is_known.result()):
+        # Construct deserializes each value another program sent into an Output whose one future (`_data`, the
+        # value, whether it is known and secret: pulumi >= 3.230) is already resolved: read it now.
+        data = typing.cast("asyncio.Future[Any]", value._data)
+        if not (data.done() and data.result().is_known):
             raise SettingsError(
                 [
                     f"{path}: is not known when the component is created (the settings decide which objects "
                     "exist: pass plain values or stack config, not another resource's outputs)"
                 ]
             )
-        return _known(future.result(), path)
+        return _known(data.result().value, path)
     if isinstance(value, Mapping):
         return {key: _known(item, f"{path}.{key}") for key, item in value.items()}
     if isinstance(value, (list, tuple)):

@@ -5,6 +5,7 @@ binary or a failed build fails the lane with scripts/engine's own message.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import json
@@ -94,7 +95,8 @@ class Project:
         self.state = work / "state"
         self.state.mkdir(exist_ok=True)
         project = yaml.safe_load((self.dir / "Pulumi.yaml").read_text())
-        if project["runtime"] == "python" or project["runtime"].get("name") == "python":
+        runtime = project["runtime"]
+        if (runtime if isinstance(runtime, str) else runtime["name"]) == "python":
             project["runtime"] = {"name": "python", "options": {"toolchain": "pip", "virtualenv": str(venv)}}
             (self.dir / "Pulumi.yaml").write_text(yaml.safe_dump(project, sort_keys=False))
         self.env = {
@@ -108,12 +110,15 @@ class Project:
             "PULUMI_SKIP_CONFIRMATIONS": "true",
             "NO_COLOR": "1",
         }
-        self.env.pop("KUBECONFIG", None)
+        # Never the ambient ~/.kube/config (kwokctl writes one): in render mode pulumi-kubernetes asks whatever
+        # cluster it names for the scope of custom resources. A test that wants a cluster sets KUBECONFIG.
+        (work / "no-kubeconfig").write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
+        self.env["KUBECONFIG"] = str(work / "no-kubeconfig")
 
     def run(self, *args: str, check: bool = True, timeout: int = 600) -> subprocess.CompletedProcess[str]:
         """`pulumi ARGS --stack STACK --non-interactive` in the project; fail with its output unless told not to."""
         cmd = ["pulumi", *args, "--non-interactive"]
-        if args[0] != "stack" or args[:2] in (("stack", "export"), ("stack", "output")):
+        if args[0] not in ("stack", "plugin", "package") or args[:2] in (("stack", "export"), ("stack", "output")):
             cmd += ["--stack", self.stack]
         result = subprocess.run(cmd, cwd=self.dir, env=self.env, capture_output=True, text=True, timeout=timeout)
         if check and result.returncode != 0:
@@ -170,6 +175,15 @@ def changes(preview: dict[str, Any]) -> dict[str, list[str]]:
         if step["op"] not in ("same", "refresh"):
             ops.setdefault(step["op"], []).append(step["urn"].split("::")[-1])
     return {op: sorted(names) for op, names in ops.items()}
+
+
+def as_written(obj: dict[str, Any]) -> dict[str, Any]:
+    """A Secret's stringData as pulumi-kubernetes writes it (and the API server stores it): base64 in data."""
+    if obj["kind"] != "Secret" or "stringData" not in obj:
+        return obj
+    encoded = {key: base64.b64encode(value.encode()).decode() for key, value in obj.pop("stringData").items()}
+    obj["data"] = {**obj.get("data", {}), **encoded}
+    return obj
 
 
 def read_rendered(directory: Path) -> dict[tuple[str, str, str], dict[str, Any]]:

@@ -6,7 +6,6 @@ built; nothing is mocked.
 
 from __future__ import annotations
 
-import base64
 import copy
 import json
 import subprocess
@@ -19,7 +18,7 @@ import yaml
 
 from proxy_component.stack import PROVIDER_KEYS
 
-from .conftest import LAYOUT_NAMED_AFTER_CLUSTER, ROOT, Project, changes, old_layout, read_rendered
+from .conftest import LAYOUT_NAMED_AFTER_CLUSTER, ROOT, Project, as_written, changes, old_layout, read_rendered
 
 pytestmark = pytest.mark.engine
 NS = "proxy-component"
@@ -53,15 +52,6 @@ def render(settings: dict[str, Any], tmp: Path, *extra: str) -> dict[Key, dict[s
         if doc and "kind" in doc and "metadata" in doc:
             objects[(doc["kind"], doc["metadata"].get("namespace", ""), doc["metadata"]["name"])] = as_written(doc)
     return objects
-
-
-def as_written(obj: dict[str, Any]) -> dict[str, Any]:
-    """A Secret's stringData as pulumi-kubernetes writes it (and the API server stores it): base64 in data."""
-    if obj["kind"] != "Secret" or "stringData" not in obj:
-        return obj
-    encoded = {key: base64.b64encode(value.encode()).decode() for key, value in obj.pop("stringData").items()}
-    obj["data"] = {**obj.get("data", {}), **encoded}
-    return obj
 
 
 def _read_without(root: Path, excluded: Path) -> dict[Key, dict[str, Any]]:

@@ -1,0 +1,153 @@
+"""ClusterProxy from other Pulumi languages under the real engine (pytest -m engine): the plugin in provider/ served
+by the Python host, its schema against the checked-in snapshot, and a YAML program that runs `pulumi package add`
+and `pulumi up` into a rendered directory, compared object for object with `proxy-component render`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from .conftest import ROOT, Project, as_written, build_engine, read_rendered
+
+pytestmark = pytest.mark.engine
+PASSWORD = "yaml-s3cret-77"
+
+
+@pytest.fixture(scope="session")
+def hosts() -> Path:
+    """The bin directory with the YAML host too."""
+    return build_engine("cli", "python", "kubernetes", "yaml")
+
+
+@pytest.fixture
+def plugin(engine_venv: Path, tmp_path: Path) -> Path:
+    """provider/ in a scratch directory, its venv the engine lane's (this checkout, the pinned SDKs): its
+    requirements.txt (`-e ..`, this checkout) is what that venv already holds."""
+    dest = tmp_path / "plugin"
+    shutil.copytree(
+        ROOT / "provider", dest, ignore=shutil.ignore_patterns("venv", "__pycache__", "requirements.txt", "schema.json")
+    )
+    spec = yaml.safe_load((dest / "PulumiPlugin.yaml").read_text())
+    spec["runtime"]["options"]["virtualenv"] = str(engine_venv)
+    (dest / "PulumiPlugin.yaml").write_text(yaml.safe_dump(spec))
+    return dest
+
+
+def _home(project: Project, engine: Path) -> None:
+    """Plugins a package's dependencies name are looked up in the plugin cache: put the built provider there."""
+    project.run(
+        "plugin", "install", "resource", "kubernetes", "4.32.0", "--file", str(engine / "pulumi-resource-kubernetes")
+    )
+
+
+def yaml_project(project_factory: Any, hosts: Path, plugin: Path, name: str = "yaml") -> Project:
+    project: Project = project_factory("examples/yaml", "ci", name)
+    project.env["PATH"] = f"{hosts}:{project.env['PATH']}"
+    _home(project, hosts)
+    added = project.run("package", "add", str(plugin))
+    assert "Added package proxy-component" in added.stdout + added.stderr
+    assert yaml.safe_load((project.dir / "Pulumi.yaml").read_text())["packages"] == {"proxy-component": str(plugin)}
+    project.init()
+    return project
+
+
+def _settings(project: Project) -> dict[str, Any]:
+    resources = yaml.safe_load((project.dir / "Pulumi.yaml").read_text())["resources"]
+    settings: dict[str, Any] = resources["proxy"]["properties"]["settings"]
+    return settings
+
+
+def _render(settings: dict[str, Any], tmp_path: Path) -> dict[tuple[str, str, str], dict[str, Any]]:
+    path = tmp_path / "render.yaml"
+    path.write_text(yaml.safe_dump(settings))
+    out = tmp_path / "render-out"
+    subprocess.run(
+        [sys.executable, "-m", "proxy_component.cli", "render", str(path), "-o", str(out)], check=True, cwd=ROOT
+    )
+    return {key: as_written(obj) for key, obj in read_rendered(out).items()}
+
+
+def test_the_schema_is_the_checked_in_snapshot(project_factory: Any, hosts: Path, plugin: Path) -> None:
+    project: Project = project_factory("examples/yaml", "ci", "schema")
+    _home(project, hosts)
+    schema = json.loads(project.run("package", "get-schema", str(plugin)).stdout)
+    assert schema == json.loads((ROOT / "provider/schema.json").read_text())
+
+
+def test_a_yaml_program_writes_the_objects_render_writes(
+    project_factory: Any, hosts: Path, plugin: Path, tmp_path: Path
+) -> None:
+    project = yaml_project(project_factory, hosts, plugin)
+    up = project.up()
+    assert "Traceback" not in up.stdout + up.stderr
+    assert read_rendered(project.dir / "rendered") == _render(_settings(project), tmp_path)
+    outputs = project.outputs()
+    assert outputs["proxyUrl"] == "http://http-proxy.kube-system.svc.k8s.internal:8888"
+    assert {e["name"] for e in outputs["env"]} >= {"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "no_proxy"}
+    project.run("preview", "--expect-no-changes")
+
+
+def test_credentials_from_yaml_stay_secret(project_factory: Any, hosts: Path, plugin: Path, tmp_path: Path) -> None:
+    """A corporate proxy URL with credentials, pods using it directly: secret config in, secret outputs out."""
+    project = yaml_project(project_factory, hosts, plugin)
+    program = yaml.safe_load((project.dir / "Pulumi.yaml").read_text())
+    program["config"] = {"corporateProxy": {"type": "string", "secret": True}}
+    settings = program["resources"]["proxy"]["properties"]["settings"]
+    settings["proxy"]["httpProxy"] = "${corporateProxy}"
+    settings["deployment"] = {"enabled": False}
+    (project.dir / "Pulumi.yaml").write_text(yaml.safe_dump(program, sort_keys=False))
+    url = f"http://svc:{PASSWORD}@proxy.corp.example:3128"
+    project.run("config", "set", "--secret", "corporateProxy", url)
+    up = project.up()
+    assert PASSWORD not in up.stdout + up.stderr
+    assert PASSWORD not in json.dumps(project.export())
+    assert project.outputs()["proxyUrl"] == "[secret]"
+    assert project.outputs()["env"] == "[secret]"
+    assert project.outputs(show_secrets=True)["proxyUrl"] == url
+    for path in (project.dir / "rendered").rglob("*.yaml"):
+        if PASSWORD in path.read_text() or "c3ZjOn" in path.read_text():  # base64 of "svc:"
+            assert yaml.safe_load(path.read_text())["kind"] == "Secret", path
+    kinds = {key[0] for key in read_rendered(project.dir / "rendered")}
+    assert kinds == {"Secret"}, "proxy-config is a Secret when the URLs carry credentials"
+    settings["proxy"]["httpProxy"] = url
+    assert read_rendered(project.dir / "rendered") == _render(settings, tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "message"),
+    [
+        (("cluster", "podCidrs"), ["10.0.0.1/33"], "cluster.podCidrs[0]: '10.0.0.1/33' is not a CIDR"),
+        (("cluster", "nodeCidrs"), ["10.0.0.0/8", "0.0.0.0/0"], "cluster.nodeCidrs[1]: "),
+    ],
+)
+def test_bad_settings_from_yaml_fail_with_the_field_naming_message(
+    project_factory: Any, hosts: Path, plugin: Path, tmp_path: Path, where: tuple[str, str], value: Any, message: str
+) -> None:
+    project = yaml_project(project_factory, hosts, plugin)
+    program = yaml.safe_load((project.dir / "Pulumi.yaml").read_text())
+    settings = program["resources"]["proxy"]["properties"]["settings"]
+    settings[where[0]][where[1]] = value
+    (project.dir / "Pulumi.yaml").write_text(yaml.safe_dump(program, sort_keys=False))
+    up = project.run("up", "--yes", "--skip-preview", check=False)
+    assert up.returncode != 0
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(settings))
+    cli = subprocess.run(
+        [sys.executable, "-m", "proxy_component.cli", "render", str(path)], capture_output=True, text=True, cwd=ROOT
+    )
+    problems = [line.strip() for line in cli.stderr.splitlines()[1:]]
+    assert problems
+    assert any(message in p for p in problems), problems
+    output = up.stdout + up.stderr
+    for problem in problems:
+        assert problem in output, f"{problem!r} not in:\n{output}"
+    assert "Traceback" not in output
+    assert 'File "' not in output
