@@ -38,13 +38,18 @@ CLUSTER = {
     "nodeCidrs": ["192.168.10.0/24"],
 }
 BASELINE = '''\
-"""Hand-written: the same objects as the component, each registered with the same provider, nothing composed."""
+"""Hand-written: the same objects as the component, registered through a provider configured as the stack's."""
 
 import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
-provider = k8s.Provider("cluster", render_yaml_to_directory=pulumi.Config().require("renderYamlToDirectory"))
+provider = k8s.Provider(
+    "cluster",
+    render_yaml_to_directory=pulumi.Config().require("renderYamlToDirectory"),
+    enable_config_map_mutable=True,
+    enable_secret_mutable=True,
+)
 opts = pulumi.ResourceOptions(provider=provider)
 classes = {
     "ConfigMap": k8s.core.v1.ConfigMap,

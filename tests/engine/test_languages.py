@@ -23,8 +23,8 @@ PASSWORD = "yaml-s3cret-77"
 
 @pytest.fixture(scope="session")
 def hosts() -> Path:
-    """The bin directory with the YAML host too."""
-    return build_engine("cli", "python", "kubernetes", "yaml")
+    """The bin directory with the YAML and Node.js hosts too."""
+    return build_engine("cli", "python", "kubernetes", "yaml", "nodejs")
 
 
 @pytest.fixture
@@ -59,12 +59,6 @@ def yaml_project(project_factory: Any, hosts: Path, plugin: Path, name: str = "y
     return project
 
 
-def _settings(project: Project) -> dict[str, Any]:
-    resources = yaml.safe_load((project.dir / "Pulumi.yaml").read_text())["resources"]
-    settings: dict[str, Any] = resources["proxy"]["properties"]["settings"]
-    return settings
-
-
 def _render(settings: dict[str, Any], tmp_path: Path) -> dict[tuple[str, str, str], dict[str, Any]]:
     path = tmp_path / "render.yaml"
     path.write_text(yaml.safe_dump(settings))
@@ -82,16 +76,41 @@ def test_the_schema_is_the_checked_in_snapshot(project_factory: Any, hosts: Path
     assert schema == json.loads((ROOT / "provider/schema.json").read_text())
 
 
-def test_a_yaml_program_writes_the_objects_render_writes(
+# The settings of the Python example program examples/ipv6-only, which the YAML and TypeScript examples repeat.
+IPV6_ONLY = yaml.safe_load((ROOT / "examples/ipv6-only/proxy.yaml").read_text())
+
+
+def test_a_yaml_program_writes_the_objects_the_python_example_writes(
     project_factory: Any, hosts: Path, plugin: Path, tmp_path: Path
 ) -> None:
     project = yaml_project(project_factory, hosts, plugin)
     up = project.up()
     assert "Traceback" not in up.stdout + up.stderr
-    assert read_rendered(project.dir / "rendered") == _render(_settings(project), tmp_path)
+    assert read_rendered(project.dir / "rendered") == _render(IPV6_ONLY, tmp_path)
     outputs = project.outputs()
     assert outputs["proxyUrl"] == "http://http-proxy.kube-system.svc.k8s.internal:8888"
     assert {e["name"] for e in outputs["env"]} >= {"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "no_proxy"}
+    project.run("preview", "--expect-no-changes")
+
+
+def test_a_typescript_program_writes_the_objects_the_python_example_writes(
+    project_factory: Any, hosts: Path, plugin: Path, tmp_path: Path
+) -> None:
+    project: Project = project_factory("examples/typescript", "ci", "typescript")
+    project.env["PATH"] = f"{hosts}:{project.env['PATH']}"
+    _home(project, hosts)
+    npm = subprocess.run(["npm", "install", "--no-audit", "--no-fund"], cwd=project.dir, capture_output=True, text=True,
+                         timeout=600)  # fmt: skip
+    assert npm.returncode == 0, npm.stderr
+    added = project.run("package", "add", str(plugin))
+    assert "Added package proxy-component" in added.stdout + added.stderr
+    package = json.loads((project.dir / "package.json").read_text())
+    assert package["dependencies"]["@pulumi/proxy-component"] == "file:sdks/proxy-component"
+    project.init()
+    up = project.up()
+    assert "Traceback" not in up.stdout + up.stderr
+    assert read_rendered(project.dir / "rendered") == _render(IPV6_ONLY, tmp_path)
+    assert project.outputs()["proxyUrl"] == "http://http-proxy.kube-system.svc.k8s.internal:8888"
     project.run("preview", "--expect-no-changes")
 
 
