@@ -60,7 +60,12 @@ def test_the_cli_is_the_pinned_version(engine: Path) -> None:
     assert version.stdout.strip() == "v3.259.0"
 
 
-PROJECTS = [p.parent.relative_to(ROOT) for p in sorted(ROOT.glob("**/Pulumi.yaml")) if ".venv" not in p.parts]
+# The Python projects; examples/yaml and examples/typescript run in test_languages.py.
+PROJECTS = [
+    p.parent.relative_to(ROOT)
+    for p in sorted(ROOT.glob("**/Pulumi.yaml"))
+    if not {".venv", ".venv-engine", "node_modules"} & set(p.parts) and (p.parent / "__main__.py").exists()
+]
 
 
 @pytest.mark.parametrize("project", PROJECTS, ids=str)

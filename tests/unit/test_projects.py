@@ -14,7 +14,11 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-PROJECTS = sorted(p.relative_to(ROOT) for p in ROOT.glob("**/Pulumi.yaml") if ".venv" not in p.parts)
+PROJECTS = sorted(
+    p.relative_to(ROOT)
+    for p in ROOT.glob("**/Pulumi.yaml")
+    if not {".venv", ".venv-engine", "node_modules"} & set(p.parts) and (p.parent / "__main__.py").exists()
+)  # the Python projects (examples/yaml and examples/typescript run in tests/engine/test_languages.py)
 # Keys a program cannot run without, which it reads with `require`: every stack must set them.
 REQUIRED = {("examples/aks", "corporateProxy"), ("examples/existing-program", "kubeconfig")}
 
@@ -53,3 +57,10 @@ def test_the_changelog_opens_with_the_version_pyproject_declares() -> None:
     assert heading is not None
     expected = f"{heading.group(1)}.dev0" if heading.group(2) else heading.group(1)
     assert version.group(1) == expected
+
+
+@pytest.mark.parametrize("example", ["examples/yaml/Pulumi.yaml", "examples/typescript/index.ts"])
+def test_the_readme_shows_each_language_example_as_the_tests_run_it(example: str) -> None:
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split(f"<!-- example: {example} -->\n", 1)[1].split("\n", 1)[1].split("```\n", 1)[0]
+    assert block == (ROOT / example).read_text()
