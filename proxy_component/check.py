@@ -35,7 +35,7 @@ from .render.env import (
 )
 from .render.proxy import APP_LABEL, CONTROL_PLANE_LABEL
 from .render.runtimes import python_no_proxy
-from .settings import RUNTIMES, Settings
+from .settings import RUNTIMES, Settings, redact_url
 
 __all__ = [
     "CHECK_NAME",
@@ -200,6 +200,9 @@ class Cluster:
     requests: int = 0
     accessed: set[Access] = field(default_factory=set)
 
+    def supports(self, api: Api) -> bool:
+        return hasattr(self.clients[api.client], api.method)
+
     def _call(self, access: Access, **kwargs: Any) -> Any:
         method = getattr(self.clients[access.api.client], access.api.method)
         self.requests += 1
@@ -272,7 +275,7 @@ def connect(kubeconfig: str | None = None, context: str | None = None) -> Cluste
         "batch": client.BatchV1Api(api),
         "networking": client.NetworkingV1Api(api),
     }
-    return Cluster(clients, server=str(api.configuration.host))
+    return Cluster(clients, server=redact_url(str(api.configuration.host)))
 
 
 def _network(value: str) -> Net | None:
@@ -397,10 +400,9 @@ def _service_range(cluster: Cluster, no_proxy: list[Net]) -> Iterator[Finding]:
     """
     ranges: list[tuple[str, str]] = []
     try:
-        for item in cluster.list(Access(SERVICE_CIDRS)):
-            ranges += [(f"ServiceCIDR {item.metadata.name}", c) for c in item.spec.cidrs or []]
-    except AttributeError:
-        pass  # a client older than ServiceCIDRs' v1
+        if cluster.supports(SERVICE_CIDRS):  # a kubernetes client older than ServiceCIDRs' v1 does not
+            for item in cluster.list(Access(SERVICE_CIDRS)):
+                ranges += [(f"ServiceCIDR {item.metadata.name}", c) for c in item.spec.cidrs or []]
     except Exception as exc:
         if getattr(exc, "status", None) not in (403, 404):
             raise  # 404: a server before Kubernetes 1.33; 403: an identity that may not list them
@@ -542,7 +544,8 @@ def _workloads(settings: Settings, cluster: Cluster) -> Iterator[Finding]:
             for obj in cluster.list(Access(api, ns)):
                 if kind == "Job" and obj.metadata.owner_references:
                     continue  # a CronJob's Job: the CronJob is reported
-                if kind == "Pod" and (obj.metadata.deletion_timestamp or obj.status.phase in ("Succeeded", "Failed")):
+                phase = obj.status.phase if kind == "Pod" and obj.status else None
+                if kind == "Pod" and (obj.metadata.deletion_timestamp or phase in ("Succeeded", "Failed")):
                     continue  # it runs nothing any more
                 template = _pod_template(kind, obj)
                 annotations = {**(obj.metadata.annotations or {}), **(template.metadata.annotations or {})}
@@ -581,10 +584,6 @@ def _as_dict(container: Any) -> dict[str, Any]:
     return {"env": env, "envFrom": env_from}
 
 
-def _listed(tokens: Sequence[str], limit: int = 5) -> str:
-    return _shown(list(tokens), limit)
-
-
 def _container_problem(
     container: dict[str, Any], expected: dict[str, Any], ours: dict[str, Any], tokens: NoProxyTokens
 ) -> str:
@@ -609,13 +608,13 @@ def _container_problem(
         lacking = [t for t in tokens.required if t not in held]
         if lacking:
             return (
-                f"{name} is stale: it lacks {_listed(lacking)}, which the composed NO_PROXY holds (re-apply its env "
+                f"{name} is stale: it lacks {_shown(lacking, 5)}, which the composed NO_PROXY holds (re-apply its env "
                 "and recreate its pods)"
             )
         unsafe = sorted(held & tokens.python_unsafe)
         if name == "no_proxy" and unsafe:
             return (
-                f"no_proxy holds {_listed(unsafe)}, on which httpx raises InvalidURL when a client is created "
+                f"no_proxy holds {_shown(unsafe, 5)}, on which httpx raises InvalidURL when a client is created "
                 "(proxy-component gives no_proxy the Python-safe list: re-apply its env and recreate its pods)"
             )
     for runtime, variable in RUNTIME_VARIABLES.items():
