@@ -6,7 +6,7 @@ Run from the repository root (it starts and stops its own cluster with scripts/c
     .venv/bin/python bench/bench_check.py --sizes 500:2000      # one size
 
 For each size it reports check's wall time (median of 3) and the number of API requests it made. The
-request count must grow only with pages of 500 objects, never per object.
+request count must grow only with pages of 500 objects (and listed namespaces), never per object.
 """
 
 from __future__ import annotations

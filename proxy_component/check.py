@@ -1,47 +1,71 @@
 """`proxy-component check`: what in a live cluster has drifted from what the settings compose.
 
-It reads the cluster with the official `kubernetes` client (the `check` extra, imported on use), in a fixed
-number of list calls, each paginated, never one GET per object, and reports each finding in one line that
-names the object: nodes and pod ranges outside tinyproxy's Allow list or not covered by NO_PROXY, the
-service range and API server endpoints not covered, the proxy DaemonSet not ready or missing from nodes, an
-image of it whose tag can move, its namespace enforcing a Pod Security level stricter than it needs, a
-`proxy-config` missing or edited, a workload without the proxy env or with a stale NO_PROXY.
+It reads the cluster with the official `kubernetes` client (the `check` extra, imported on use) and reports
+each finding in one line that names the object: node addresses and pod ranges outside tinyproxy's Allow list
+or not covered by NO_PROXY, the service range not covered, the proxy DaemonSet missing, not ready or absent
+from nodes that run DaemonSets, an image of it whose tag can move, its namespace enforcing a Pod Security level
+stricter than it needs, a `proxy-config` missing or edited, a workload (with Kyverno injection, a Pod)
+without the proxy env or with a stale NO_PROXY.
+
+Every request it makes is one of `accesses(settings)`: lists of nodes and ServiceCIDRs, and per namespace a
+`get` by name or a list, so that `rbac_objects` can render the least role it runs under (RBAC `resourceNames`
+limit every `get`: it never lists Secrets).
 """
 
 from __future__ import annotations
 
 import base64
 import ipaddress
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
-from urllib.parse import urlsplit
+import json
+import os
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, NamedTuple
+from urllib.parse import unquote, urlsplit
 
-from .noproxy import Kind, NoProxy
+from .noproxy import NoProxy
 from .render import plain_values
 from .render.env import (
     CONFIG_NAME,
     ENV_NAMES,
     RUNTIME_VARIABLES,
-    ProxyValues,
     env_pairs,
     proxy_config_object,
     reads_proxy_config,
 )
 from .render.proxy import APP_LABEL, CONTROL_PLANE_LABEL
-from .settings import RUNTIMES, Settings, image_is_mutable
+from .render.runtimes import python_no_proxy
+from .settings import RUNTIMES, Settings, image_is_mutable, redact_url
 
-__all__ = ["CheckError", "Finding", "check_cluster", "connect"]
+__all__ = [
+    "CHECK_NAME",
+    "Access",
+    "Api",
+    "CheckError",
+    "Cluster",
+    "Finding",
+    "accesses",
+    "check_cluster",
+    "connect",
+    "rbac_objects",
+    "runs_daemonsets",
+    "scrub",
+]
 
-PAGE = 500  # objects per list call; the number of calls grows only with pages, never per object
 POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
 # hostNetwork, hostPort and the firewall's root user with NET_ADMIN: only `privileged` admits the DaemonSet.
 STRICTER_POD_SECURITY = ("baseline", "restricted")
+PAGE = 500  # objects per list call
 Net = ipaddress.IPv4Network | ipaddress.IPv6Network
+Obj = dict[str, Any]
+
+CHECK_NAME = "proxy-component-check"  # the ServiceAccount, roles and bindings of `render --format check-rbac`
+KUBERNETES_SERVICE = ("default", "kubernetes")  # the API server's Service: how pods reach it
 
 
 class CheckError(Exception):
-    """The cluster cannot be read (unreachable, unknown context, forbidden): a message a user can act on."""
+    """The cluster cannot be read (unreachable, unknown context, refused, forbidden): a message a user can act on."""
 
 
 @dataclass(frozen=True)
@@ -60,80 +84,233 @@ class Finding:
         return f"{self.severity}: {self.object}: {self.message}"
 
 
+class Api(NamedTuple):
+    """A kind of object check reads: its API group and resource (for RBAC), and the client and method that read it."""
+
+    group: str
+    resource: str
+    client: str  # "core", "apps", "batch" or "networking"
+    method: str  # list_... (RBAC verb list) or read_... (RBAC verb get)
+
+    @property
+    def verb(self) -> str:
+        return "list" if self.method.startswith("list_") else "get"
+
+
+NODES = Api("", "nodes", "core", "list_node")
+NAMESPACES = Api("", "namespaces", "core", "read_namespace")
+SERVICE_CIDRS = Api("networking.k8s.io", "servicecidrs", "networking", "list_service_cidr")
+SERVICES = Api("", "services", "core", "read_namespaced_service")
+DAEMON_SET = Api("apps", "daemonsets", "apps", "read_namespaced_daemon_set")
+PODS = Api("", "pods", "core", "list_namespaced_pod")
+CONFIG_MAPS = Api("", "configmaps", "core", "read_namespaced_config_map")
+SECRETS = Api("", "secrets", "core", "read_namespaced_secret")
+# The kinds the stack transform writes the env into (a Deployment's ReplicaSets and Pods follow its template).
+WORKLOADS: dict[str, Api] = {
+    "Deployment": Api("apps", "deployments", "apps", "list_namespaced_deployment"),
+    "StatefulSet": Api("apps", "statefulsets", "apps", "list_namespaced_stateful_set"),
+    "DaemonSet": Api("apps", "daemonsets", "apps", "list_namespaced_daemon_set"),
+    "Job": Api("batch", "jobs", "batch", "list_namespaced_job"),
+    "CronJob": Api("batch", "cronjobs", "batch", "list_namespaced_cron_job"),
+}
+
+
+class Access(NamedTuple):
+    """One request check makes: its API's verb, cluster-wide (namespace None) or in a namespace, of one name."""
+
+    api: Api
+    namespace: str | None = None
+    name: str | None = None
+
+
+def workload_namespaces(settings: Settings) -> list[str]:
+    """The namespaces whose workloads check judges: those with a `proxy-config`, outside the injection's exclusions."""
+    excluded = set(settings.injection.exclude_namespaces)
+    return [ns for ns in settings.proxy_config_namespaces if ns not in excluded]
+
+
+def _workload_apis(settings: Settings) -> list[tuple[str, Api]]:
+    """Kyverno mutates Pods, never their workloads; the stack transform writes the workloads' templates."""
+    return [("Pod", PODS)] if settings.injection.kyverno else list(WORKLOADS.items())
+
+
+def _config_api(settings: Settings) -> Api:
+    return SECRETS if settings.has_credentials else CONFIG_MAPS
+
+
+def accesses(settings: Settings) -> list[Access]:
+    """Every request check may make for these settings, in the order it makes them; `rbac_objects` grants exactly
+    these. The `kubernetes` Service is read only where ServiceCIDRs cannot be listed (a 404 before Kubernetes 1.33,
+    or a 403)."""
+    d = settings.deployment
+    out = [Access(NODES), Access(SERVICE_CIDRS), Access(SERVICES, *KUBERNETES_SERVICE)]
+    if d.enabled:
+        out += [
+            Access(NAMESPACES, None, d.namespace),
+            Access(DAEMON_SET, d.namespace, d.service_name),
+            Access(PODS, d.namespace),
+        ]
+    out += [Access(_config_api(settings), ns, CONFIG_NAME) for ns in settings.proxy_config_namespaces]
+    out += [Access(api, ns) for ns in workload_namespaces(settings) for _, api in _workload_apis(settings)]
+    return list(dict.fromkeys(out))
+
+
+def _rules(granted: Iterable[Access]) -> list[Obj]:
+    """RBAC rules for some accesses: one per API group, verb and name, naming its resources."""
+    grouped: dict[tuple[str, str, str | None], list[str]] = {}
+    for access in granted:
+        resources = grouped.setdefault((access.api.group, access.api.verb, access.name), [])
+        if access.api.resource not in resources:
+            resources.append(access.api.resource)
+    rules = []
+    for (group, verb, name), resources in grouped.items():
+        rule: Obj = {"apiGroups": [group], "resources": resources, "verbs": [verb]}
+        if name is not None:
+            rule["resourceNames"] = [name]
+        rules.append(rule)
+    return rules
+
+
+def rbac_objects(settings: Settings) -> list[Obj]:
+    """A ServiceAccount `proxy-component-check` (in the proxy's namespace) and the least roles check needs for these
+    settings, bound to it: a ClusterRole to list nodes and ServiceCIDRs, and a Role per namespace it reads in."""
+    by_namespace: dict[str | None, list[Access]] = {}
+    for access in accesses(settings):
+        by_namespace.setdefault(access.namespace, []).append(access)
+    home = settings.deployment.namespace
+    labels = {"app.kubernetes.io/part-of": "proxy-component", "app.kubernetes.io/component": "check"}
+    subjects = [{"kind": "ServiceAccount", "name": CHECK_NAME, "namespace": home}]
+    rbac = "rbac.authorization.k8s.io/v1"
+
+    def meta(namespace: str | None) -> Obj:
+        return {"name": CHECK_NAME, **({"namespace": namespace} if namespace else {}), "labels": dict(labels)}
+
+    def role(kind: str, namespace: str | None, rules: list[Obj]) -> list[Obj]:
+        ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": CHECK_NAME}
+        return [
+            {"apiVersion": rbac, "kind": kind, "metadata": meta(namespace), "rules": rules},
+            {"apiVersion": rbac, "kind": f"{kind}Binding", "metadata": meta(namespace), "roleRef": ref,
+             "subjects": [dict(s) for s in subjects]},
+        ]  # fmt: skip
+
+    objects: list[Obj] = [{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta(home)}]
+    objects += role("ClusterRole", None, _rules(by_namespace.pop(None, [])))
+    for namespace in sorted(n for n in by_namespace if n is not None):
+        objects += role("Role", namespace, _rules(by_namespace[namespace]))
+    return objects
+
+
 @dataclass
 class Cluster:
-    """The API groups `check` lists from, and how many requests it made."""
+    """The API clients of one cluster, its server's URL, and the requests made through them."""
 
-    core: Any
-    apps: Any
-    batch: Any
-    networking: Any
-    discovery: Any
+    clients: dict[str, Any]  # "core", "apps", "batch", "networking" -> the client's API objects
     server: str
     requests: int = 0
+    accessed: set[Access] = field(default_factory=set)
 
-    def list(self, call: Callable[..., Any], **kwargs: Any) -> Iterator[Any]:
+    def supports(self, api: Api) -> bool:
+        return hasattr(self.clients[api.client], api.method)
+
+    def _call(self, access: Access, **kwargs: Any) -> Any:
+        method = getattr(self.clients[access.api.client], access.api.method)
+        self.requests += 1
+        self.accessed.add(access)
+        if access.name is not None:
+            if access.namespace is None:  # a cluster-scoped object by name (the proxy's Namespace)
+                return method(access.name, **kwargs)
+            return method(access.name, access.namespace, **kwargs)
+        return method(**kwargs) if access.namespace is None else method(access.namespace, **kwargs)
+
+    def list(self, access: Access, **selectors: str) -> Iterator[Any]:
         """Every item of a list call, page by page."""
         token: str | None = None
         while True:
-            self.requests += 1
-            page = call(limit=PAGE, _continue=token, **kwargs) if token else call(limit=PAGE, **kwargs)
+            page = self._call(access, limit=PAGE, **({"_continue": token} if token else {}), **selectors)
             yield from page.items
             token = page.metadata._continue
             if not token:
                 return
 
+    def get(self, access: Access) -> Any | None:
+        """The named object, or None where it does not exist."""
+        try:
+            return self._call(access)
+        except Exception as exc:
+            if getattr(exc, "status", None) == 404:
+                return None
+            raise
+
+
+_NO_KUBECONFIG = (
+    "no kubeconfig: --kubeconfig is not given, $KUBECONFIG is not set and ~/.kube/config does not exist, and this "
+    "is not a Pod (KUBERNETES_SERVICE_HOST is not set) (expected one of them)"
+)
+
+
+def _in_pod() -> bool:
+    """Like kubectl: no kubeconfig to read, and the variables kubelet gives every Pod."""
+    if os.environ.get("KUBECONFIG") or os.path.exists(os.path.expanduser("~/.kube/config")):
+        return False
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+
 
 def connect(kubeconfig: str | None = None, context: str | None = None) -> Cluster:
-    """A client for the cluster of the kubeconfig (default: $KUBECONFIG or ~/.kube/config) and context."""
+    """A client for the cluster of the kubeconfig (default: $KUBECONFIG or ~/.kube/config) and context; in a Pod
+    without either, its service account (the in-cluster config)."""
     try:
         from kubernetes import client, config
         from kubernetes.config.config_exception import ConfigException
     except ImportError:
         raise CheckError("the kubernetes client is not installed (pip install 'proxy-component[check]')") from None
+    if kubeconfig is None and context is None and _in_pod():
+        configuration = client.Configuration()
+        try:
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        except ConfigException as exc:
+            raise CheckError(f"in-cluster config (a Pod's service account): {exc}") from None
+        api = client.ApiClient(configuration)
+    else:
+        default = os.environ.get("KUBECONFIG") or os.path.exists(os.path.expanduser("~/.kube/config"))
+        if kubeconfig is None and not default:
+            raise CheckError(_NO_KUBECONFIG)
+        try:
+            api = config.new_client_from_config(config_file=kubeconfig, context=context)  # type: ignore[no-untyped-call]
+        except ConfigException as exc:
+            raise CheckError(f"kubeconfig {kubeconfig or '(default)'}: {exc}") from None
+        except OSError as exc:
+            raise CheckError(f"kubeconfig {kubeconfig or '(default)'}: cannot read ({exc.strerror})") from None
+    clients = {
+        "core": client.CoreV1Api(api),
+        "apps": client.AppsV1Api(api),
+        "batch": client.BatchV1Api(api),
+        "networking": client.NetworkingV1Api(api),
+    }
+    return Cluster(clients, server=redact_url(str(api.configuration.host)))
+
+
+def _network(value: str) -> Net | None:
     try:
-        api = config.new_client_from_config(config_file=kubeconfig, context=context)  # type: ignore[no-untyped-call]
-    except ConfigException as exc:
-        raise CheckError(f"kubeconfig {kubeconfig or '(default)'}: {exc}") from None
-    except OSError as exc:
-        raise CheckError(f"kubeconfig {kubeconfig or '(default)'}: cannot read ({exc.strerror})") from None
-    return Cluster(
-        core=client.CoreV1Api(api),
-        apps=client.AppsV1Api(api),
-        batch=client.BatchV1Api(api),
-        networking=client.NetworkingV1Api(api),
-        discovery=client.DiscoveryV1Api(api),
-        server=str(api.configuration.host),
-    )
-
-
-def _networks(entries: Sequence[str]) -> list[Net]:
-    return [ipaddress.ip_network(e, strict=False) for e in entries]
+        return ipaddress.ip_network(value, strict=False)
+    except ValueError:
+        return None
 
 
 def _within(net: Net, nets: Sequence[Net]) -> bool:
     return any(net.version == n.version and net.subnet_of(n) for n in nets)  # type: ignore[arg-type]
 
 
-def _no_proxy_networks(no_proxy: NoProxy) -> list[Net]:
-    """The IPs and CIDRs of NO_PROXY: what an address must fall in to bypass the proxy."""
-    return list(no_proxy.networks())
-
-
-def _name_covered(no_proxy: NoProxy, host: str) -> bool:
-    """A name listed itself, or under a listed suffix."""
-    names = [e.value.lstrip(".") for e in no_proxy.entries if e.kind in (Kind.HOST, Kind.SUFFIX)]
-    return any(host == name or host.endswith(f".{name}") for name in names)
-
-
 def check_cluster(settings: Settings, cluster: Cluster) -> list[Finding]:
-    """Every finding, in a stable order: network coverage, the proxy itself, namespaces, workloads."""
+    """Every finding, in a stable order: network coverage, the proxy itself, `proxy-config`, workloads."""
     try:
-        nodes = list(cluster.list(cluster.core.list_node))
+        nodes = list(cluster.list(Access(NODES)))
+        no_proxy = list(settings.no_proxy().networks())
         return [
-            *_networks_findings(settings, cluster, nodes),
+            *_nodes(settings, nodes, no_proxy),
+            *_service_range(cluster, no_proxy),
             *_proxy(settings, cluster, nodes),
-            *_namespaces(settings, cluster),
+            *_proxy_configs(settings, cluster),
+            *_workloads(settings, cluster),
         ]
     except Exception as exc:
         error = _explain(exc, cluster)
@@ -142,15 +319,29 @@ def check_cluster(settings: Settings, cluster: Cluster) -> list[Finding]:
         raise error from None
 
 
+def _status_message(exc: Exception) -> str:
+    """The API server's own message of a failed request (it names the verb, resource, namespace and user)."""
+    body = getattr(exc, "body", None)
+    try:
+        message = json.loads(body)["message"] if body else ""
+    except (ValueError, TypeError, KeyError):
+        message = ""
+    return str(message or getattr(exc, "reason", "") or "")
+
+
 def _explain(exc: Exception, cluster: Cluster) -> CheckError | None:
-    """A CheckError for an API or connection failure; None for anything else (a bug, to surface as is)."""
+    """A CheckError for an API or connection failure; None for anything else (a bug, to surface as one)."""
     status = getattr(exc, "status", None)
-    if status in (401, 403):
-        reason = getattr(exc, "reason", "")
+    if status == 401:
         return CheckError(
-            f"{cluster.server}: {status} {reason}: the credentials may not list what check reads (nodes, "
-            "namespaces, services, endpointslices, servicecidrs, configmaps, secrets, pods, daemonsets, "
-            "deployments, statefulsets, jobs, cronjobs): grant list on them, e.g. a ClusterRole bound to this user"
+            f"{cluster.server}: 401 Unauthorized: the API server does not accept these credentials (a wrong or "
+            "expired token, or a client certificate it does not trust): renew them (e.g. kubectl create token) or "
+            "choose another --kubeconfig or --context"
+        )
+    if status == 403:
+        return CheckError(
+            f"{cluster.server}: 403 Forbidden: {_status_message(exc)}: check needs the roles that "
+            "`proxy-component render CONFIG --format check-rbac` writes, bound to this identity"
         )
     if status is not None:
         return CheckError(f"{cluster.server}: the API server answered {status} {getattr(exc, 'reason', '')}")
@@ -162,29 +353,43 @@ def _explain(exc: Exception, cluster: Cluster) -> CheckError | None:
     return None
 
 
-def _networks_findings(settings: Settings, cluster: Cluster, nodes: list[Any]) -> Iterator[Finding]:
-    allow = _networks(settings.allowed_sources())
-    no_proxy = _no_proxy_networks(settings.no_proxy())
+def _internal_ips(node: Any) -> list[str]:
+    """A node's InternalIPs: where its host-network pods' connections come from, and what pods reach it by.
+
+    ExternalIPs are not judged: a cloud's public or NAT address is neither, and adding it to `Allow` would open
+    the proxy to it.
+    """
+    addresses = (node.status.addresses if node.status else None) or []
+    return [a.address for a in addresses if a.type == "InternalIP"]
+
+
+def _nodes(settings: Settings, nodes: list[Any], no_proxy: list[Net]) -> Iterator[Finding]:
+    allow = [n for n in map(_network, settings.allowed_sources()) if n is not None]
+    checks_allow = settings.deployment.enabled
     for node in nodes:
         name = f"Node {node.metadata.name}"
-        addresses = [a.address for a in (node.status.addresses or []) if a.type in ("InternalIP", "ExternalIP")]
-        for address in addresses:
-            net = ipaddress.ip_network(address)
-            if settings.deployment.enabled and not _within(net, allow):
+        for address in _internal_ips(node):
+            net = _network(address)
+            if net is None:
+                continue
+            if checks_allow and not _within(net, allow):
                 yield Finding(
                     "node-outside-allow", name, "error",
                     f"address {address} is outside tinyproxy's Allow list: its host-network pods are refused "
-                    "by the proxy (add it to cluster.nodeCidrs)",
+                    "by the proxy (add its range to cluster.nodeCidrs)",
                 )  # fmt: skip
             if not _within(net, no_proxy):
                 yield Finding(
                     "node-not-in-no-proxy", name, "warning",
                     f"address {address} is not covered by NO_PROXY: clients send requests to it through the "
-                    "proxy (add it to cluster.nodeCidrs)",
+                    "proxy (add its range to cluster.nodeCidrs)",
                 )  # fmt: skip
-        for cidr in node.spec.pod_cidrs or ([node.spec.pod_cidr] if node.spec.pod_cidr else []):
-            net = ipaddress.ip_network(cidr, strict=False)
-            if settings.deployment.enabled and not _within(net, allow):
+        spec = node.spec
+        for cidr in (spec.pod_cidrs or ([spec.pod_cidr] if spec.pod_cidr else [])) if spec else []:
+            net = _network(cidr)
+            if net is None:
+                continue
+            if checks_allow and not _within(net, allow):
                 yield Finding(
                     "pods-outside-allow", name, "error",
                     f"podCIDR {cidr} is outside tinyproxy's Allow list: pods on this node are refused by the proxy "
@@ -196,77 +401,82 @@ def _networks_findings(settings: Settings, cluster: Cluster, nodes: list[Any]) -
                     f"podCIDR {cidr} is not covered by NO_PROXY: requests to these pods go through the proxy "
                     "(add it to cluster.podCidrs)",
                 )  # fmt: skip
-    yield from _service_range(settings, cluster, no_proxy)
-    yield from _api_server(cluster, no_proxy, settings.no_proxy())
 
 
-def _service_range(settings: Settings, cluster: Cluster, no_proxy: list[Net]) -> Iterator[Finding]:
-    """The ServiceCIDR objects where the server has them, else the `kubernetes` Service's IP."""
+def _service_range(cluster: Cluster, no_proxy: list[Net]) -> Iterator[Finding]:
+    """The ServiceCIDR objects, else the `kubernetes` Service's IPs (where pods reach the API server).
+
+    The API server's endpoints and the kubeconfig's server are not judged: pods reach the API server at its
+    Service (`kubernetes.default.svc`, KUBERNETES_SERVICE_HOST), never at those.
+    """
     ranges: list[tuple[str, str]] = []
     try:
-        for item in cluster.list(cluster.networking.list_service_cidr):
-            ranges += [(f"ServiceCIDR {item.metadata.name}", c) for c in item.spec.cidrs or []]
+        if cluster.supports(SERVICE_CIDRS):  # a kubernetes client older than ServiceCIDRs' v1 does not
+            for item in cluster.list(Access(SERVICE_CIDRS)):
+                ranges += [(f"ServiceCIDR {item.metadata.name}", c) for c in item.spec.cidrs or []]
     except Exception as exc:
-        if getattr(exc, "status", None) != 404 and not isinstance(exc, AttributeError):
-            raise
+        if getattr(exc, "status", None) not in (403, 404):
+            raise  # 404: a server before Kubernetes 1.33; 403: an identity that may not list them
     if not ranges:
-        for svc in cluster.list(cluster.core.list_namespaced_service, namespace="default",
-                                field_selector="metadata.name=kubernetes"):  # fmt: skip
-            ranges += [("Service default/kubernetes", ip) for ip in svc.spec.cluster_ips or [svc.spec.cluster_ip]]
+        service = cluster.get(Access(SERVICES, *KUBERNETES_SERVICE))
+        if service is not None:
+            ips = service.spec.cluster_ips or [service.spec.cluster_ip]
+            ranges += [("Service default/kubernetes", ip) for ip in ips if ip and ip != "None"]
     for name, cidr in ranges:
-        if not _within(ipaddress.ip_network(cidr, strict=False), no_proxy):
+        net = _network(cidr)
+        if net is not None and not _within(net, no_proxy):
             yield Finding(
                 "services-not-in-no-proxy", name, "warning",
-                f"service range {cidr} is not covered by NO_PROXY: requests to Service IPs go through the proxy "
-                "(add it to cluster.serviceCidrs)",
+                f"service range {cidr} is not covered by NO_PROXY: requests to Service IPs (the API server's "
+                "among them) go through the proxy (add it to cluster.serviceCidrs)",
             )  # fmt: skip
 
 
-def _api_server(cluster: Cluster, no_proxy: list[Net], composed: NoProxy) -> Iterator[Finding]:
-    """The API server's endpoints (EndpointSlices of `kubernetes`) and the host clients are given."""
-    endpoints: list[str] = []
-    for slice_ in cluster.list(cluster.discovery.list_namespaced_endpoint_slice, namespace="default",
-                               label_selector="kubernetes.io/service-name=kubernetes"):  # fmt: skip
-        for endpoint in slice_.endpoints or []:
-            endpoints += endpoint.addresses or []
-    host = urlsplit(cluster.server).hostname or ""
-    for address in sorted(set(endpoints)):
-        if not _within(ipaddress.ip_network(address), no_proxy):
-            yield Finding(
-                "api-server-not-in-no-proxy", "EndpointSlice default/kubernetes", "warning",
-                f"API server endpoint {address} is not covered by NO_PROXY (add it to cluster.apiServerIps)",
-            )  # fmt: skip
-    try:
-        covered = _within(ipaddress.ip_network(host), no_proxy)
-    except ValueError:
-        covered = _name_covered(composed, host)
-    if host and not covered:
-        yield Finding(
-            "api-server-not-in-no-proxy", f"API server {host}", "warning",
-            f"the API server address {host} (from the kubeconfig) is not covered by NO_PROXY "
-            "(add it to cluster.apiServerIps or cluster.apiServerHosts)",
-        )  # fmt: skip
+# Nodes where DaemonSet pods never run: virtual-kubelet's (AKS virtual nodes, ACI, Alibaba ECI, ...) and EKS
+# Fargate's, each a label, and virtual-kubelet's taint.
+NO_DAEMONSET_LABELS = {"type": "virtual-kubelet", "eks.amazonaws.com/compute-type": "fargate"}
+NO_DAEMONSET_TAINT = "virtual-kubelet.io/provider"
+
+
+def runs_daemonsets(node: Any) -> bool:
+    """False for a node that never runs DaemonSet pods (virtual-kubelet, EKS Fargate): the proxy cannot be there."""
+    labels = node.metadata.labels or {}
+    if any(labels.get(key) == value for key, value in NO_DAEMONSET_LABELS.items()):
+        return False
+    taints = (node.spec.taints if node.spec else None) or []
+    return not any(t.key == NO_DAEMONSET_TAINT for t in taints)
 
 
 def _eligible(settings: Settings, node: Any) -> bool:
+    """A node the proxy should run on: Linux, running DaemonSets, not control-plane unless asked."""
     labels = node.metadata.labels or {}
-    if labels.get("kubernetes.io/os", "linux") != "linux":
+    if labels.get("kubernetes.io/os", "linux") != "linux" or not runs_daemonsets(node):
         return False
     return settings.deployment.control_plane or CONTROL_PLANE_LABEL not in labels
 
 
+def _ready(pod: Any) -> bool:
+    conditions = (pod.status.conditions if pod.status else None) or []
+    return any(c.type == "Ready" and c.status == "True" for c in conditions)
+
+
+def _shown(names: Sequence[str], limit: int = 10) -> str:
+    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
 def _proxy(settings: Settings, cluster: Cluster, all_nodes: list[Any]) -> Iterator[Finding]:
+    """The DaemonSet, and a ready proxy pod on every eligible node (judged from the pods: nodes that run no
+    DaemonSets still count in the DaemonSet's own status when it tolerates them)."""
     d = settings.deployment
     if not d.enabled:
         return
     name = f"DaemonSet {d.namespace}/{d.service_name}"
     yield from _pod_security(settings, cluster)
-    found = list(cluster.list(cluster.apps.list_namespaced_daemon_set, namespace=d.namespace,
-                              field_selector=f"metadata.name={d.service_name}"))  # fmt: skip
-    if not found:
+    daemonset = cluster.get(Access(DAEMON_SET, d.namespace, d.service_name))
+    if daemonset is None:
         yield Finding("proxy-missing", name, "error", "the proxy DaemonSet does not exist: pods have no proxy")
         return
-    template = found[0].spec.template.spec
+    template = daemonset.spec.template.spec
     for container in [*(template.init_containers or []), *(template.containers or [])]:
         if image_is_mutable(container.image):
             yield Finding(
@@ -275,21 +485,23 @@ def _proxy(settings: Settings, cluster: Cluster, all_nodes: list[Any]) -> Iterat
                 "nodes may run different builds of it (set a versioned tag and pin its digest, "
                 "e.g. name:1.2.3@sha256:...)",
             )  # fmt: skip
-    status = found[0].status
-    ready, desired = status.number_ready or 0, status.desired_number_scheduled or 0
-    if ready < desired:
-        yield Finding("proxy-not-ready", name, "error", f"{ready} of {desired} proxy pods are ready")
-    pods = cluster.list(cluster.core.list_namespaced_pod, namespace=d.namespace,
-                        label_selector=f"{APP_LABEL}={d.service_name}")  # fmt: skip
-    with_pod = {p.spec.node_name for p in pods if p.spec.node_name}
-    nodes = [n for n in all_nodes if _eligible(settings, n)]
-    missing = sorted(n.metadata.name for n in nodes if n.metadata.name not in with_pod)
+    pods = list(cluster.list(Access(PODS, d.namespace), label_selector=f"{APP_LABEL}={d.service_name}"))
+    placed = {p.spec.node_name for p in pods if p.spec and p.spec.node_name}
+    ready = {p.spec.node_name for p in pods if p.spec and p.spec.node_name and _ready(p)}
+    nodes = sorted(n.metadata.name for n in all_nodes if _eligible(settings, n))
+    not_ready = [n for n in nodes if n in placed and n not in ready]
+    missing = [n for n in nodes if n not in placed]
+    if not_ready:
+        yield Finding(
+            "proxy-not-ready", name, "error",
+            f"{len(nodes) - len(not_ready) - len(missing)} of {len(nodes)} eligible nodes have a ready proxy pod; "
+            f"not ready on {len(not_ready)} node(s): {_shown(not_ready)}",
+        )  # fmt: skip
     if missing:
-        shown = ", ".join(missing[:10]) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
         yield Finding(
             "proxy-missing-on-nodes", name, "error",
-            f"no proxy pod on {len(missing)} node(s): {shown} (a taint, a full node or a nodeSelector keeps it "
-            "off; with internalTrafficPolicy Local their pods have no proxy)",
+            f"no proxy pod on {len(missing)} node(s): {_shown(missing)} (a taint, a full node or a nodeSelector "
+            "keeps it off; with internalTrafficPolicy Local their pods have no proxy)",
         )  # fmt: skip
 
 
@@ -297,90 +509,102 @@ def _pod_security(settings: Settings, cluster: Cluster) -> Iterator[Finding]:
     """The proxy's namespace enforcing a Pod Security level that refuses its pods (the label only, not the
     cluster-wide default of the admission configuration, which the API does not show)."""
     namespace = settings.deployment.namespace
-    for ns in cluster.list(cluster.core.list_namespace, field_selector=f"metadata.name={namespace}"):
-        level = (ns.metadata.labels or {}).get(POD_SECURITY_ENFORCE, "")
-        if level in STRICTER_POD_SECURITY:
-            yield Finding(
-                "pod-security-too-strict", f"Namespace {namespace}", "warning",
-                f"enforces Pod Security level {level!r}, which refuses the proxy's pods: they need 'privileged' "
-                "(hostNetwork, hostPort, and the firewall init container's root user with NET_ADMIN) "
-                f"(label it {POD_SECURITY_ENFORCE}=privileged, or set deployment.namespace to one that is)",
-            )  # fmt: skip
+    ns = cluster.get(Access(NAMESPACES, None, namespace))
+    level = ((ns.metadata.labels if ns is not None else None) or {}).get(POD_SECURITY_ENFORCE, "")
+    if level in STRICTER_POD_SECURITY:
+        yield Finding(
+            "pod-security-too-strict", f"Namespace {namespace}", "warning",
+            f"enforces Pod Security level {level!r}, which refuses the proxy's pods: they need 'privileged' "
+            "(hostNetwork, hostPort, and the firewall init container's root user with NET_ADMIN) "
+            f"(label it {POD_SECURITY_ENFORCE}=privileged, or set deployment.namespace to one that is)",
+        )  # fmt: skip
 
 
-def _data(obj: Any) -> dict[str, str]:
-    if obj.kind == "Secret" or getattr(obj, "type", None):
-        return {k: base64.b64decode(v).decode() for k, v in (obj.data or {}).items()}
+def _data(obj: Any, secret: bool) -> dict[str, str]:
+    if secret:
+        return {k: base64.b64decode(v).decode(errors="replace") for k, v in (obj.data or {}).items()}
     return dict(obj.data or {})
 
 
-def _namespaces(settings: Settings, cluster: Cluster) -> Iterator[Finding]:
+def _proxy_configs(settings: Settings, cluster: Cluster) -> Iterator[Finding]:
+    """Each namespace's `proxy-config`, read by name; a Secret's values are compared, never shown."""
     values = plain_values(settings)
-    listed = set(settings.proxy_config_namespaces)
-    wanted = {ns: proxy_config_object(settings, ns, values) for ns in sorted(listed)}
     secret = settings.has_credentials
-    call = cluster.core.list_secret_for_all_namespaces if secret else cluster.core.list_config_map_for_all_namespaces
-    live: dict[str, dict[str, str]] = {}
-    for obj in cluster.list(call, field_selector=f"metadata.name={CONFIG_NAME}"):
-        obj.kind = "Secret" if secret else "ConfigMap"
-        live[obj.metadata.namespace] = _data(obj)
-    kind = "Secret" if secret else "ConfigMap"
-    for ns, obj in wanted.items():
-        expected = obj.get("stringData") or obj.get("data") or {}
+    api, kind = (SECRETS, "Secret") if secret else (CONFIG_MAPS, "ConfigMap")
+    for ns in settings.proxy_config_namespaces:
+        wanted = proxy_config_object(settings, ns, values)
+        expected = wanted.get("stringData") or wanted.get("data") or {}
         name = f"{kind} {ns}/{CONFIG_NAME}"
-        if ns not in live:
+        live = cluster.get(Access(api, ns, CONFIG_NAME))
+        if live is None:
             yield Finding("proxy-config-missing", name, "error", "missing: workloads that read it get no proxy env")
             continue
-        differing = sorted(k for k in set(expected) | set(live[ns]) if expected.get(k) != live[ns].get(k))
+        data = _data(live, secret)
+        differing = sorted(k for k in set(expected) | set(data) if expected.get(k) != data.get(k))
         if differing:
             yield Finding(
                 "proxy-config-differs", name, "warning",
                 f"differs from the settings in {', '.join(differing)}: edited by hand, or the stack is not applied",
             )  # fmt: skip
-    yield from _workloads(settings, cluster, listed, values)
 
 
-_KINDS = (
-    ("Deployment", "apps", "list_deployment_for_all_namespaces"),
-    ("StatefulSet", "apps", "list_stateful_set_for_all_namespaces"),
-    ("DaemonSet", "apps", "list_daemon_set_for_all_namespaces"),
-    ("Job", "batch", "list_job_for_all_namespaces"),
-    ("CronJob", "batch", "list_cron_job_for_all_namespaces"),
-)
+@dataclass(frozen=True)
+class NoProxyTokens:
+    """What a live NO_PROXY is judged against: the tokens every rendering of the composed list holds (the
+    Python-safe list's), and those the Python-safe list leaves out (IPv6 CIDRs, bracketed addresses)."""
+
+    required: tuple[str, ...]
+    python_unsafe: frozenset[str]
+
+    @classmethod
+    def of(cls, no_proxy: NoProxy) -> NoProxyTokens:
+        python = tuple(t for t in python_no_proxy(no_proxy).split(",") if t)
+        return cls(python, frozenset(no_proxy.tokens()) - set(python))
 
 
 def _pod_template(kind: str, obj: Any) -> Any:
+    if kind == "Pod":
+        return obj
     if kind == "CronJob":
         return obj.spec.job_template.spec.template
     return obj.spec.template
 
 
-def _workloads(settings: Settings, cluster: Cluster, namespaces: set[str], values: ProxyValues) -> Iterator[Finding]:
+def _workloads(settings: Settings, cluster: Cluster) -> Iterator[Finding]:
+    """Each workload (with Kyverno injection: each running Pod) of the judged namespaces, container by container."""
+    values = plain_values(settings)
+    tokens = NoProxyTokens.of(settings.no_proxy())
+    ours = dict(env_pairs(values.select(RUNTIMES)))
     opt_out = settings.injection.opt_out_annotation
-    for kind, group, method in _KINDS:
-        for obj in cluster.list(getattr(getattr(cluster, group), method)):
-            ns = obj.metadata.namespace
-            if ns not in namespaces or ns in settings.injection.exclude_namespaces:
-                continue
-            template = _pod_template(kind, obj)
-            annotations = {**(obj.metadata.annotations or {}), **(template.metadata.annotations or {})}
-            if annotations.get(opt_out) == "false":
-                continue
-            if obj.metadata.owner_references and kind == "Job":
-                continue  # a CronJob's Job: the CronJob is reported
-            name = f"{kind} {ns}/{obj.metadata.name}"
-            try:
-                selection = settings.runtimes.select(ns, annotations)
-            except ValueError as exc:
-                yield Finding("workload-runtimes", name, "warning", f"{exc}: treated as no runtime")
-                selection = frozenset()
-            expected = dict(env_pairs(values.select(selection)))
-            ours = dict(env_pairs(values.select(RUNTIMES)))
-            spec = template.spec
-            for container in [*(spec.init_containers or []), *(spec.containers or [])]:
-                problem = _container_problem(_as_dict(container), expected, ours)
-                if problem:
-                    yield Finding("workload-env", name, "warning", f"container {container.name}: {problem}")
+    for ns in workload_namespaces(settings):
+        for kind, api in _workload_apis(settings):
+            for obj in cluster.list(Access(api, ns)):
+                if kind == "Job" and obj.metadata.owner_references:
+                    continue  # a CronJob's Job: the CronJob is reported
+                phase = obj.status.phase if kind == "Pod" and obj.status else None
+                if kind == "Pod" and (obj.metadata.deletion_timestamp or phase in ("Succeeded", "Failed")):
+                    continue  # it runs nothing any more
+                template = _pod_template(kind, obj)
+                annotations = {**(obj.metadata.annotations or {}), **(template.metadata.annotations or {})}
+                if annotations.get(opt_out) == "false":
+                    continue
+                name = f"{kind} {ns}/{obj.metadata.name}"
+                try:
+                    selection = settings.runtimes.select(ns, annotations)
+                except ValueError as exc:
+                    yield Finding("workload-runtimes", name, "warning", f"{exc}: treated as no runtime")
+                    selection = frozenset()
+                expected = dict(env_pairs(values.select(selection)))
+                spec = template.spec
+                containers = [
+                    *(spec.init_containers or []),
+                    *(spec.containers or []),
+                    *(getattr(spec, "ephemeral_containers", None) or []),
+                ]
+                for container in containers:
+                    problem = _container_problem(_as_dict(container), expected, ours, tokens)
+                    if problem:
+                        yield Finding("workload-env", name, "warning", f"container {container.name}: {problem}")
 
 
 def _as_dict(container: Any) -> dict[str, Any]:
@@ -397,8 +621,16 @@ def _as_dict(container: Any) -> dict[str, Any]:
     return {"env": env, "envFrom": env_from}
 
 
-def _container_problem(container: dict[str, Any], expected: dict[str, Any], ours: dict[str, Any]) -> str:
-    """What differs from what `render.env.additions` gives this container for its selection."""
+def _container_problem(
+    container: dict[str, Any], expected: dict[str, Any], ours: dict[str, Any], tokens: NoProxyTokens
+) -> str:
+    """What differs from what `render.env.additions` gives this container for its selection.
+
+    A literal NO_PROXY or no_proxy is stale when it lacks a token every rendering of the composed list holds:
+    the composed list, the Python-safe one (which a chart's values or a patch rendered for python carry) and a
+    list with more entries (a chart's own hosts) all pass. `no_proxy`, which every Python client reads first,
+    must not hold what the Python-safe list leaves out: httpx raises on it.
+    """
     if reads_proxy_config(container):
         return ""  # the namespace's proxy-config, checked on its own
     env = {e["name"]: e for e in container["env"]}
@@ -407,8 +639,21 @@ def _container_problem(container: dict[str, Any], expected: dict[str, Any], ours
         return f"lacks the proxy env ({', '.join(missing)}; expected envFrom {CONFIG_NAME} or the variables)"
     for name in ("NO_PROXY", "no_proxy"):
         var = env[name]
-        if var["literal"] and var["value"] != expected[name]:
-            return f"{name} is stale (differs from the composed NO_PROXY for its runtimes)"
+        if not var["literal"]:
+            continue
+        held = {t.strip().lower() for t in str(var["value"] or "").split(",")}
+        lacking = [t for t in tokens.required if t not in held]
+        if lacking:
+            return (
+                f"{name} is stale: it lacks {_shown(lacking, 5)}, which the composed NO_PROXY holds (re-apply its env "
+                "and recreate its pods)"
+            )
+        unsafe = sorted(held & tokens.python_unsafe)
+        if name == "no_proxy" and unsafe:
+            return (
+                f"no_proxy holds {_shown(unsafe, 5)}, on which httpx raises InvalidURL when a client is created "
+                "(proxy-component gives no_proxy the Python-safe list: re-apply its env and recreate its pods)"
+            )
     for runtime, variable in RUNTIME_VARIABLES.items():
         if variable in expected and variable not in env:
             return f"its runtimes select {runtime} but it lacks {variable} (recreate its pods, or it set a proxy name)"
@@ -418,3 +663,24 @@ def _container_problem(container: dict[str, Any], expected: dict[str, Any], ours
                 "runtimes were opt-in (recreate its pods, or select the runtime)"
             )
     return ""
+
+
+_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^\s/'\"]*@")
+
+
+def scrub(text: str, settings: Settings) -> str:
+    """`text` (e.g. a traceback) without credentials: any URL's userinfo, and the settings' passwords anywhere."""
+    secrets: set[str] = set()
+    urls = (settings.http_proxy, settings.https_proxy, settings.node_http_proxy, settings.node_https_proxy)
+    for url in urls:
+        if url:
+            password = urlsplit(url).password
+            secrets |= {password, unquote(password)} if password else set()
+    upstream = settings.proxy.upstream
+    credentials = upstream.credentials if upstream else None
+    if credentials and credentials[1]:
+        secrets |= {credentials[1]}
+    text = _USERINFO.sub(r"\1***@", text)
+    for secret in sorted(secrets, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text

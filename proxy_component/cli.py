@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+import traceback
 from collections.abc import Sequence
 from importlib.resources import files
 from typing import Any
@@ -19,7 +20,7 @@ from .render.kustomize import kustomization
 from .render.kyverno import cluster_policy
 from .settings import Runtime, Settings, SettingsError, load_settings, parse_runtimes, parse_settings, redact_url
 
-FORMATS = ("manifests", "helm-values", "capi", "capi-patches", "kustomize-patch", "kyverno")
+FORMATS = ("manifests", "helm-values", "capi", "capi-patches", "kustomize-patch", "kyverno", "check-rbac")
 MARKER = "# Rendered by proxy-component render: this directory is rewritten whole by each render."
 PATCH_HEADER = """\
 # Merge patches for your Cluster API cluster, NOT objects to apply: they hold only the proxy's part of
@@ -33,6 +34,7 @@ PATCH_HEADER = """\
 __all__ = ["main"]
 
 EXIT_INVALID = 2
+EXIT_CRASH = 3  # check failed on a bug of its own: neither clean (0) nor findings (1)
 
 
 class _Dumper(yaml.SafeDumper):
@@ -78,6 +80,10 @@ def _objects(settings: Settings, args: argparse.Namespace) -> list[dict[str, Any
         return capi_patches(settings)
     if fmt == "kyverno":
         return [cluster_policy(settings, plain_values(settings))]
+    if fmt == "check-rbac":
+        from .check import rbac_objects
+
+        return rbac_objects(settings)
     if fmt == "kustomize-patch":
         values = plain_values(settings).select(_selection(settings, args))
         return [kustomization(settings, values, kind=args.target_kind, name=args.target_name, container=args.container)]
@@ -243,15 +249,24 @@ def _cell_text(cell: Any, notes: list[str]) -> str:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from .check import CheckError, check_cluster, connect
+    from .check import CheckError, check_cluster, connect, scrub
 
-    settings = _load(args.config)
+    settings = load_settings(args.config)
     try:
         cluster = connect(args.kubeconfig, args.context)
         findings = check_cluster(settings, cluster)
     except CheckError as exc:
         print(f"proxy-component check: {exc}", file=sys.stderr)
         return EXIT_INVALID
+    except Exception as exc:  # a bug: exit 1 would read as findings
+        trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        sys.stderr.write(scrub(trace, settings))
+        print(
+            f"proxy-component check: internal error, not a finding: {type(exc).__name__} (a bug in proxy-component; "
+            "please report it with the traceback above)",
+            file=sys.stderr,
+        )
+        return EXIT_CRASH
     if args.json:
         print(json.dumps([f.as_dict() for f in findings], indent=2))
     else:
@@ -279,7 +294,8 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FORMAT",
         help="manifests (default: the workload cluster's objects), helm-values PROFILE, capi (the management "
         "cluster's Secrets, ready to apply), capi-patches (the kubeadm fragments as merge patches for your own "
-        "KubeadmControlPlane and KubeadmConfigTemplate, never to apply), kustomize-patch, kyverno",
+        "KubeadmControlPlane and KubeadmConfigTemplate, never to apply), kustomize-patch, kyverno, check-rbac (the "
+        "ServiceAccount and the least roles `check` runs under)",
     )
     render.add_argument("--target-kind", default="Deployment", help="kustomize-patch: the workload kind")
     render.add_argument("--target-name", help="kustomize-patch: the workload name")
@@ -316,11 +332,14 @@ def _parser() -> argparse.ArgumentParser:
     explain.set_defaults(func=_explain)
     check = sub.add_parser(
         "check",
-        help="compare a live cluster with the settings; exit 0 when clean, 1 on findings, 2 on bad input or an "
-        "unreachable cluster",
+        help="compare a live cluster with the settings; exit 0 when clean, 1 on findings, 2 on bad input or a "
+        "cluster it cannot read (unreachable, 401, 403), 3 on an internal error",
     )
-    check.add_argument("config", nargs="?", help=config_help)
-    check.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+    check.add_argument("config", nargs="?", help="this cluster's settings YAML (required)")
+    check.add_argument(
+        "--kubeconfig",
+        help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config; in a Pod without either, its service account)",
+    )
     check.add_argument("--context", help="kubeconfig context (default: the current one)")
     check.add_argument(
         "--json", action="store_true", help='print a JSON list of {"kind", "object", "severity", "message"}'
@@ -334,6 +353,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "render":
         _check_format(parser, args)
+    if args.command == "check" and args.config is None:
+        parser.error(
+            "check: CONFIG is required: the settings of the cluster to compare (the embedded example describes no "
+            "real cluster)"
+        )
     try:
         result: int = args.func(args)
     except (SettingsError, NoProxyError, ValueError) as exc:

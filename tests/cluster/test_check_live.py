@@ -1,21 +1,37 @@
 """`proxy-component check` against a real cluster (pytest -m cluster): kube-apiserver, controller-manager,
 scheduler and etcd built from Kubernetes' own Go modules, with three kwok fake nodes, all on 127.0.0.1
 (scripts/cluster). The rendered objects are applied with kubectl; each drift is then made for real.
+
+`check` runs as the ServiceAccount `proxy-component-check`, bound to exactly the roles that
+`render --format check-rbac` writes for the settings of the test (a token from `kubectl create token`).
+The API server advertises 203.0.113.10 (TEST-NET-3, which nothing here connects to), as a cloud's public
+control plane does; kwok runs pods only on nodes annotated `kwok.x-k8s.io/node: fake`, so a node without
+the annotation is one where DaemonSet pods never run, as on virtual-kubelet and Fargate nodes.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
+import shlex
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
+
+from proxy_component.check import CHECK_NAME, SERVICES, Access, accesses, check_cluster, connect
+from proxy_component.render import plain_values
+from proxy_component.render.env import pod_env
+from proxy_component.settings import Settings, load_settings, parse_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.cluster
@@ -29,13 +45,38 @@ SETTINGS = textwrap.dedent(
     namespaces: [default, team-a]
     """
 )
+ADVERTISED = "203.0.113.10"
+PASSWORD = "s3cr3t-P4ss"
+CREDENTIALS = SETTINGS + f"proxy: {{httpProxy: 'http://checker:{PASSWORD}@proxy.corp.example:3128'}}\n"
+CREDENTIALS += "deployment: {enabled: false}\n"
+KYVERNO = SETTINGS + "injection: {kyverno: true}\n"
+KWOKCTL = f"""\
+apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokctlConfiguration
+componentsPatches:
+- name: kube-apiserver
+  extraArgs:
+  - {{key: advertise-address, value: {ADVERTISED}}}
+- name: kwok-controller
+  extraArgs:
+  - {{key: manage-all-nodes, value: "false"}}
+  - {{key: manage-nodes-with-annotation-selector, value: kwok.x-k8s.io/node=fake}}
+"""
+RBAC_LABELS = "app.kubernetes.io/part-of=proxy-component,app.kubernetes.io/component=check"
+SERVICE_ACCOUNT = f"system:serviceaccount:kube-system:{CHECK_NAME}"
 
 
 class Live:
     def __init__(self, kubeconfig: Path, workdir: Path) -> None:
-        self.kubeconfig = kubeconfig
-        self.settings = workdir / "proxy.yaml"
-        self.settings.write_text(SETTINGS)
+        self.kubeconfig = kubeconfig  # the cluster's admin
+        self.workdir = workdir
+        self.settings = self.write("proxy.yaml", SETTINGS)
+        self.role_kubeconfig = workdir / "role.kubeconfig"  # the ServiceAccount bound to the rendered roles
+
+    def write(self, name: str, text: str) -> Path:
+        path = self.workdir / name
+        path.write_text(text)
+        return path
 
     def kubectl(self, *args: str, stdin: str | None = None) -> str:
         result = subprocess.run(
@@ -45,31 +86,113 @@ class Live:
         assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
         return result.stdout
 
-    def check(self, *extra: str, kubeconfig: Path | None = None) -> subprocess.CompletedProcess[str]:
-        cmd = [sys.executable, "-m", "proxy_component.cli", "check", str(self.settings)]
-        cmd += ["--kubeconfig", str(kubeconfig or self.kubeconfig), *extra]
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    def can_i(self, *args: str) -> bool:
+        result = subprocess.run(
+            ["kubectl", "--kubeconfig", str(self.kubeconfig), "auth", "can-i", *args, "--as", SERVICE_ACCOUNT],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        return result.stdout.strip() == "yes"
 
-    def findings(self) -> list[dict[str, Any]]:
-        result = self.check("--json")
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "proxy_component.cli", *args], capture_output=True, text=True, timeout=120, cwd=ROOT
+        )
+
+    def render(self, settings: Path, *args: str) -> str:
+        result = self.cli("render", str(settings), *args)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    def check(
+        self, *extra: str, kubeconfig: Path | None = None, settings: Path | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        return self.cli(
+            "check", str(settings or self.settings), "--kubeconfig", str(kubeconfig or self.role_kubeconfig), *extra
+        )
+
+    def findings(self, settings: Path | None = None) -> list[dict[str, Any]]:
+        result = self.check("--json", settings=settings)
         assert result.returncode in (0, 1), result.stderr
         findings: list[dict[str, Any]] = json.loads(result.stdout)
         assert (result.returncode == 1) == bool(findings)
         return findings
 
     def apply_rendered(self) -> None:
-        render = subprocess.run(
-            [sys.executable, "-m", "proxy_component.cli", "render", str(self.settings)],
-            capture_output=True, text=True, check=True, cwd=ROOT,
-        )  # fmt: skip
-        self.kubectl("apply", "-f", "-", stdin=render.stdout)
+        self.kubectl("apply", "-f", "-", stdin=self.render(self.settings))
+        self.rollout()
+
+    def rollout(self) -> None:
         self.kubectl("-n", "kube-system", "rollout", "status", "daemonset/http-proxy", "--timeout=60s")
+
+    def delete_nodes(self, *names: str) -> None:
+        """Delete nodes and, at once, the proxy pods left on them or waiting for them (pod GC takes about a minute)."""
+        self.kubectl("delete", "node", *names, "--wait=true")
+        pods = json.loads(self.kubectl("-n", "kube-system", "get", "pods", "-l", "app=http-proxy", "-o", "json"))
+        gone = [p["metadata"]["name"] for p in pods["items"] if p["spec"].get("nodeName") in (None, *names)]
+        if gone:
+            self.kubectl("-n", "kube-system", "delete", "pod", *gone, "--force", "--grace-period=0",
+                         "--ignore-not-found")  # fmt: skip
+        self.rollout()
+
+    def grant(self, settings: Path, edit: Callable[[list[dict[str, Any]]], None] | None = None) -> None:
+        """Bind the ServiceAccount to exactly the roles rendered for `settings` (edited by `edit`), nothing else."""
+        objects = list(yaml.safe_load_all(self.render(settings, "--format", "check-rbac")))
+        if edit is not None:
+            edit(objects)
+        self.kubectl("delete", "clusterrole,clusterrolebinding,role,rolebinding", "-A", "-l", RBAC_LABELS)
+        self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(objects))
+        for obj in objects:  # the authorizer's cache follows within moments: wait until each role is in force
+            for rule in obj.get("rules", []):
+                names = rule.get("resourceNames", [""])
+                group = rule["apiGroups"][0]
+                resource = rule["resources"][0] + (f".{group}" if group else "")
+                target = f"{resource}/{names[0]}" if names[0] else resource
+                scope = ["-n", obj["metadata"]["namespace"]] if "namespace" in obj["metadata"] else []
+                args = (rule["verbs"][0], target, *scope)
+                _wait(functools.partial(self.can_i, *args), f"{SERVICE_ACCOUNT} may {' '.join(args)}")
+
+    def token_kubeconfig(self, path: Path, token: str) -> Path:
+        config = yaml.safe_load(self.kubeconfig.read_text())
+        config["users"] = [{"name": "token", "user": {"token": token}}]
+        for context in config["contexts"]:
+            context["context"]["user"] = "token"
+        path.write_text(yaml.safe_dump(config))
+        return path
+
+    @property
+    def server(self) -> str:
+        server: str = yaml.safe_load(self.kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+        return server
+
+
+def _wait(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting: {what}"
+        time.sleep(0.5)
+
+
+@contextlib.contextmanager
+def granted(live: Live, settings: Path, edit: Callable[[list[dict[str, Any]]], None] | None = None) -> Iterator[None]:
+    """Run under the roles of other settings, then go back to the module's."""
+    live.grant(settings, edit)
+    try:
+        yield
+    finally:
+        live.grant(live.settings)
 
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     workdir = tmp_path_factory.mktemp("cluster")
-    env = {**os.environ, "PROXY_COMPONENT_CLUSTER": f"pc-check-{os.getpid()}", "KWOK_WORKDIR": str(workdir / "kwok")}
+    extra = workdir / "kwokctl-extra.yaml"
+    extra.write_text(KWOKCTL)
+    env = {
+        **os.environ,
+        "PROXY_COMPONENT_CLUSTER": f"pc-check-{os.getpid()}",
+        "KWOK_WORKDIR": str(workdir / "kwok"),
+        "PROXY_COMPONENT_CLUSTER_CONFIG": str(extra),
+    }
     up = subprocess.run(["bash", str(ROOT / "scripts/cluster"), "up", "3"], capture_output=True, text=True, env=env,
                         timeout=3000)  # fmt: skip
     if up.returncode != 0:
@@ -78,6 +201,9 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         live = Live(Path(up.stdout.strip().splitlines()[-1]), workdir)
         live.kubectl("create", "namespace", "team-a")
         live.apply_rendered()
+        live.grant(live.settings)
+        token = live.kubectl("-n", "kube-system", "create", "token", CHECK_NAME, "--duration=2h").strip()
+        live.token_kubeconfig(live.role_kubeconfig, token)
         yield live
     finally:
         down = subprocess.run(["bash", str(ROOT / "scripts/cluster"), "down"], capture_output=True, text=True, env=env,
@@ -91,12 +217,156 @@ def test_the_daemonset_is_ready_on_every_node(live: Live) -> None:
     assert ds["spec"]["template"]["spec"]["initContainers"][0]["name"] == "firewall"
 
 
-def test_check_is_clean_right_after_apply(live: Live) -> None:
+def test_check_is_clean_right_after_apply_under_exactly_the_rendered_role(live: Live) -> None:
+    assert not live.can_i("list", "secrets", "--all-namespaces")
+    assert not live.can_i("list", "configmaps", "-n", "default")
+    assert not live.can_i("get", "configmaps/other", "-n", "default")
+    assert live.can_i("get", "configmaps/proxy-config", "-n", "default")
     result = live.check()
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout == ""
-    assert "clean" in result.stderr
+    assert result.stderr == f"proxy-component check: {live.server}: clean (17 API requests)\n"
     assert live.findings() == []
+
+
+def test_check_makes_only_the_requests_the_role_grants(live: Live) -> None:
+    settings = load_settings(str(live.settings))
+    cluster = connect(str(live.role_kubeconfig))
+    assert check_cluster(settings, cluster) == []
+    # Every grant but the `kubernetes` Service, which is read only where ServiceCIDRs cannot be (next test).
+    assert cluster.accessed == set(accesses(settings)) - {Access(SERVICES, "default", "kubernetes")}
+
+
+def test_a_403_on_service_cidrs_falls_back_to_the_kubernetes_service(live: Live) -> None:
+    def without_service_cidrs(objects: list[dict[str, Any]]) -> None:
+        for obj in objects:
+            if "rules" in obj:
+                obj["rules"] = [r for r in obj["rules"] if r["resources"] != ["servicecidrs"]]
+
+    with granted(live, live.settings, without_service_cidrs):
+        _wait(lambda: not live.can_i("list", "servicecidrs.networking.k8s.io"), "servicecidrs forbidden")
+        settings = load_settings(str(live.settings))
+        cluster = connect(str(live.role_kubeconfig))
+        assert check_cluster(settings, cluster) == []
+        assert Access(SERVICES, "default", "kubernetes") in cluster.accessed
+        data = yaml.safe_load(SETTINGS)
+        data["cluster"]["serviceCidrs"] = ["10.0.1.0/24"]
+        data["cluster"]["podCidrs"] = ["10.0.1.0/24", "fd00::/48"]  # so that nothing covers 10.0.0.1
+        narrow = parse_settings(data)
+        found = [f for f in check_cluster(narrow, connect(str(live.role_kubeconfig)))
+                 if f.kind == "services-not-in-no-proxy"]  # fmt: skip
+        assert [(f.object, f.message) for f in found] == [
+            (
+                "Service default/kubernetes",
+                "service range 10.0.0.1 is not covered by NO_PROXY: requests to Service IPs (the API server's among "
+                "them) go through the proxy (add it to cluster.serviceCidrs)",
+            )
+        ]
+        result = live.check()
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_with_credentials_it_reads_proxy_config_secrets_by_name_and_never_shows_them(live: Live) -> None:
+    creds = live.write("credentials.yaml", CREDENTIALS)
+    secrets = [o for o in yaml.safe_load_all(live.render(creds)) if o["kind"] == "Secret"]
+    assert [(o["metadata"]["namespace"], o["metadata"]["name"]) for o in secrets] == [
+        ("default", "proxy-config"),
+        ("team-a", "proxy-config"),
+    ]
+    live.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(secrets))
+    live.kubectl("-n", "default", "create", "secret", "generic", "other", "--from-literal=password=x")
+    try:
+        with granted(live, creds):
+            assert not live.can_i("list", "secrets", "--all-namespaces")
+            assert not live.can_i("list", "secrets", "-n", "default")
+            assert not live.can_i("get", "secrets/other", "-n", "default")
+            assert live.can_i("get", "secrets/proxy-config", "-n", "team-a")
+            result = live.check(settings=creds)
+            assert result.returncode == 0, result.stdout + result.stderr
+            edited = f"http://checker:0ld-{PASSWORD}@proxy.corp.example:3128"
+            live.kubectl("-n", "team-a", "patch", "secret", "proxy-config", "--type=merge",
+                         "-p", json.dumps({"stringData": {"HTTP_PROXY": edited}}))  # fmt: skip
+            assert live.findings(creds) == [
+                {
+                    "kind": "proxy-config-differs",
+                    "object": "Secret team-a/proxy-config",
+                    "severity": "warning",
+                    "message": "differs from the settings in HTTP_PROXY: edited by hand, or the stack is not applied",
+                }
+            ]
+            for args in ((), ("--json",)):
+                result = live.check(*args, settings=creds)
+                assert result.returncode == 1
+                assert PASSWORD not in result.stdout + result.stderr
+    finally:
+        live.kubectl("-n", "default", "delete", "secret", "proxy-config", "other")
+        live.kubectl("-n", "team-a", "delete", "secret", "proxy-config")
+
+
+def test_an_api_server_endpoint_pods_never_use_is_not_reported(live: Live) -> None:
+    slice_ = json.loads(live.kubectl("-n", "default", "get", "endpointslice", "kubernetes", "-o", "json"))
+    assert [a for e in slice_["endpoints"] for a in e["addresses"]] == [ADVERTISED]
+    no_proxy = live.cli("no-proxy", str(live.settings)).stdout
+    assert "203.0.113" not in no_proxy
+    assert live.findings() == []
+
+
+def _node(name: str, addresses: dict[str, str], kwok: bool = True, **extra: Any) -> dict[str, Any]:
+    labels = {"kubernetes.io/os": "linux", **extra.pop("labels", {})}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels,
+                     "annotations": {"kwok.x-k8s.io/node": "fake"} if kwok else {}},
+        "spec": extra.pop("spec", {}),
+        "status": {"addresses": [{"type": t, "address": a} for a, t in addresses.items()]},
+    }  # fmt: skip
+
+
+def test_a_nodes_public_external_ip_is_not_reported(live: Live) -> None:
+    node = _node("node-public", {"192.0.2.60": "InternalIP", "203.0.113.60": "ExternalIP", "node-public": "Hostname"})
+    live.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(node))
+    try:
+        live.rollout()
+        shown = json.loads(live.kubectl("get", "node", "node-public", "-o", "json"))["status"]["addresses"]
+        assert {"type": "ExternalIP", "address": "203.0.113.60"} in shown
+        assert live.findings() == []
+    finally:
+        live.delete_nodes("node-public")
+
+
+def test_nodes_that_never_run_daemonsets_are_not_missing(live: Live) -> None:
+    nodes = [
+        _node("virtual-node", {"192.0.2.70": "InternalIP"}, kwok=False, labels={"type": "virtual-kubelet"},
+              spec={"taints": [{"key": "virtual-kubelet.io/provider", "value": "mock", "effect": "NoSchedule"}]}),
+        _node("fargate-ip-192-0-2-71.ec2.internal", {"192.0.2.71": "InternalIP"}, kwok=False,
+              labels={"eks.amazonaws.com/compute-type": "fargate"},
+              spec={"taints": [{"key": "eks.amazonaws.com/compute-type", "value": "fargate",
+                                "effect": "NoSchedule"}]}),
+        _node("node-without-kubelet", {"192.0.2.72": "InternalIP"}, kwok=False),
+    ]  # fmt: skip
+    live.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(nodes))
+    try:
+
+        def scheduled() -> bool:
+            ds = json.loads(live.kubectl("-n", "kube-system", "get", "daemonset", "http-proxy", "-o", "json"))
+            return bool(ds["status"].get("currentNumberScheduled") == ds["status"].get("desiredNumberScheduled") == 6)
+
+        _wait(scheduled, "a proxy pod for each of 6 nodes")
+        pods = json.loads(live.kubectl("-n", "kube-system", "get", "pods", "-l", "app=http-proxy", "-o", "json"))
+        unplaced = [p["status"]["phase"] for p in pods["items"] if not p["spec"].get("nodeName")]
+        assert unplaced == ["Pending"] * 3, "the three pods of the nodes without kwok never run"
+        assert live.findings() == [
+            {
+                "kind": "proxy-missing-on-nodes",
+                "object": "DaemonSet kube-system/http-proxy",
+                "severity": "error",
+                "message": "no proxy pod on 1 node(s): node-without-kubelet (a taint, a full node or a nodeSelector "
+                "keeps it off; with internalTrafficPolicy Local their pods have no proxy)",
+            }
+        ]
+    finally:
+        live.delete_nodes(*(n["metadata"]["name"] for n in nodes))
 
 
 def test_a_node_with_pod_ranges_outside_the_settings(live: Live) -> None:
@@ -113,8 +383,7 @@ def test_a_node_with_pod_ranges_outside_the_settings(live: Live) -> None:
         assert ("pods-outside-allow", "Node node-extra") in found
         assert ("pods-not-in-no-proxy", "Node node-extra") in found
     finally:
-        live.kubectl("delete", "node", "node-extra", "--wait=true")
-        live.kubectl("-n", "kube-system", "rollout", "status", "daemonset/http-proxy", "--timeout=60s")
+        live.delete_nodes("node-extra")
 
 
 def test_a_deleted_proxy_config(live: Live) -> None:
@@ -159,6 +428,7 @@ def _deployment(
             "kind": "Deployment",
             "metadata": {"name": name, "namespace": "default", "annotations": annotations or {}},
             "spec": {
+                "replicas": 0,
                 "selector": {"matchLabels": {"app": name}},
                 "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [container]}},
             },
@@ -180,6 +450,134 @@ def test_a_workload_without_the_env(live: Live) -> None:
     assert live.findings() == []
 
 
+def _pod(name: str, env: list[dict[str, Any]], annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "annotations": annotations or {}},
+        "spec": {"containers": [{"name": "app", "image": "example/app:1", "env": env}]},
+    }
+
+
+def test_with_kyverno_injection_pods_are_checked_not_their_workloads(live: Live) -> None:
+    kyverno = live.write("kyverno.yaml", KYVERNO)
+    settings: Settings = load_settings(str(kyverno))
+    injected = pod_env(settings, plain_values(settings).select(settings.runtimes.for_namespace("default")))
+    objects = [
+        yaml.safe_load(_deployment("web")),  # Kyverno mutates its Pods, never the Deployment
+        _pod("injected", injected),  # as Kyverno admits it
+        _pod("missed", []),  # created while Kyverno was down (failurePolicy Ignore)
+        _pod("opted-out", [], {"proxy-component.io/inject": "false"}),
+    ]
+    live.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(objects))
+    try:
+        with granted(live, kyverno):
+            assert live.can_i("list", "pods", "-n", "team-a")
+            assert not live.can_i("list", "deployments.apps", "-n", "team-a")
+            assert live.findings(kyverno) == [
+                {
+                    "kind": "workload-env",
+                    "object": "Pod default/missed",
+                    "severity": "warning",
+                    "message": "container app: lacks the proxy env (HTTP_PROXY, http_proxy, HTTPS_PROXY, https_proxy, "
+                    "NO_PROXY, no_proxy; expected envFrom proxy-config or the variables)",
+                }
+            ]
+    finally:
+        live.kubectl("-n", "default", "delete", "deployment", "web")
+        live.kubectl("-n", "default", "delete", "pod", "injected", "missed", "opted-out", "--grace-period=0")
+
+
+def test_a_workload_with_the_python_safe_no_proxy_is_not_stale(live: Live, tmp_path: Path) -> None:
+    """The env of `render --format kustomize-patch --runtimes python`, for a workload without the annotation (as a
+    chart's values rendered for python are): NO_PROXY without the IPv6 CIDRs, in both spellings."""
+    deployment = yaml.safe_load(_deployment("py", env={"APP_MODE": "worker"}))
+    (tmp_path / "deployment.yaml").write_text(yaml.safe_dump(deployment))
+    patch = live.render(live.settings, "--format", "kustomize-patch", "--target-name", "py", "--runtimes", "python")
+    (tmp_path / "kustomization.yaml").write_text(patch + "resources: [deployment.yaml]\n")
+    built = subprocess.run(["kubectl", "kustomize", str(tmp_path)], capture_output=True, text=True, check=True)
+    env = {
+        e["name"]: e["value"] for e in yaml.safe_load(built.stdout)["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    full = live.cli("no-proxy", str(live.settings)).stdout.strip()
+    assert env["NO_PROXY"] == env["no_proxy"] != full
+    assert "fd00::/48" in full
+    assert "fd00::/48" not in env["NO_PROXY"]
+    live.kubectl("apply", "-f", "-", stdin=built.stdout)
+    try:
+        assert live.findings() == []
+    finally:
+        live.kubectl("-n", "default", "delete", "deployment", "py")
+
+
+def test_a_workload_with_a_stale_no_proxy(live: Live) -> None:
+    env = {name: "http://http-proxy.kube-system.svc.cluster.local:8888" for name in ("HTTP_PROXY", "http_proxy")}
+    env |= {name: "http://http-proxy.kube-system.svc.cluster.local:8888" for name in ("HTTPS_PROXY", "https_proxy")}
+    env |= {"NO_PROXY": "localhost,10.0.0.0/16", "no_proxy": "localhost,10.0.0.0/16"}
+    live.kubectl("apply", "-f", "-", stdin=_deployment("stale", env=env))
+    try:
+        (finding,) = live.findings()
+        assert finding["object"] == "Deployment default/stale"
+        assert finding["message"] == (
+            "container app: NO_PROXY is stale: it lacks 127.0.0.1, ::1, cluster.local, .cluster.local, svc and 4 "
+            "more, which the composed NO_PROXY holds (re-apply its env and recreate its pods)"
+        )
+    finally:
+        live.kubectl("-n", "default", "delete", "deployment", "stale")
+
+
+def test_check_runs_in_a_pod_with_its_service_account(live: Live, tmp_path: Path) -> None:
+    """The in-cluster config: KUBERNETES_SERVICE_HOST/PORT and the token and CA at
+    /var/run/secrets/kubernetes.io/serviceaccount, mounted in a mount namespace of its own (a tmpfs on /run)."""
+    account = tmp_path / "serviceaccount"
+    account.mkdir()
+    (account / "token").write_text(live.kubectl("-n", "kube-system", "create", "token", CHECK_NAME).strip())
+    cluster = yaml.safe_load(live.kubeconfig.read_text())["clusters"][0]["cluster"]
+    (account / "ca.crt").write_bytes(Path(cluster["certificate-authority"]).read_bytes())
+    home = tmp_path / "home"
+    home.mkdir()
+    server = urlsplit(live.server)
+    check = [sys.executable, "-m", "proxy_component.cli", "check", str(live.settings)]
+    script = (
+        "mount -t tmpfs tmpfs /run && mkdir -p /run/secrets/kubernetes.io && "
+        f"cp -r {shlex.quote(str(account))} /run/secrets/kubernetes.io/serviceaccount && exec {shlex.join(check)}"
+    )
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(home),  # no ~/.kube/config, no $KUBECONFIG: as in a Pod
+        "KUBERNETES_SERVICE_HOST": str(server.hostname),
+        "KUBERNETES_SERVICE_PORT": str(server.port),
+    }
+    result = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+                            capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stderr == f"proxy-component check: https://{server.hostname}:{server.port}: clean (17 API requests)\n"
+    assert not Path("/var/run/secrets/kubernetes.io").exists(), "the real path is untouched"
+
+
+def test_a_wrong_token_is_401_exit_2(live: Live, tmp_path: Path) -> None:
+    result = live.check(kubeconfig=live.token_kubeconfig(tmp_path / "kubeconfig", "not-a-token"))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr == (
+        f"proxy-component check: {live.server}: 401 Unauthorized: the API server does not accept these credentials "
+        "(a wrong or expired token, or a client certificate it does not trust): renew them (e.g. kubectl create "
+        "token) or choose another --kubeconfig or --context\n"
+    )
+
+
+def test_a_token_without_rights_is_403_exit_2_naming_what(live: Live, tmp_path: Path) -> None:
+    live.kubectl("-n", "default", "create", "serviceaccount", "viewer-without-rights")
+    token = live.kubectl("-n", "default", "create", "token", "viewer-without-rights").strip()
+    result = live.check(kubeconfig=live.token_kubeconfig(tmp_path / "kubeconfig", token))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr == (
+        f"proxy-component check: {live.server}: 403 Forbidden: nodes is forbidden: User "
+        '"system:serviceaccount:default:viewer-without-rights" cannot list resource "nodes" in API group "" at the '
+        "cluster scope: check needs the roles that `proxy-component render CONFIG --format check-rbac` writes, bound "
+        "to this identity\n"
+    )
+
+
 def test_an_unreachable_server_is_exit_2_with_a_message(live: Live, tmp_path: Path) -> None:
     config = yaml.safe_load(live.kubeconfig.read_text())
     for cluster in config["clusters"]:
@@ -197,38 +595,6 @@ def test_a_wrong_context_is_exit_2_with_a_message(live: Live) -> None:
     assert result.returncode == 2
     assert "no-such-context" in result.stderr
     assert "Traceback" not in result.stderr
-
-
-def test_rbac_that_forbids_listing_nodes_is_exit_2_with_a_message(live: Live, tmp_path: Path) -> None:
-    live.kubectl("-n", "default", "create", "serviceaccount", "viewer-without-nodes")
-    token = live.kubectl("-n", "default", "create", "token", "viewer-without-nodes").strip()
-    config = yaml.safe_load(live.kubeconfig.read_text())
-    config["users"] = [{"name": "limited", "user": {"token": token}}]
-    for context in config["contexts"]:
-        context["context"]["user"] = "limited"
-    limited = tmp_path / "kubeconfig"
-    limited.write_text(yaml.safe_dump(config))
-    result = live.check(kubeconfig=limited)
-    assert result.returncode == 2, result.stdout + result.stderr
-    assert "403" in result.stderr
-    assert "grant list" in result.stderr
-    assert "Traceback" not in result.stderr
-
-
-def test_a_workload_with_a_stale_no_proxy(live: Live) -> None:
-    env = {name: "http://http-proxy.kube-system.svc.cluster.local:8888" for name in ("HTTP_PROXY", "http_proxy")}
-    env |= {name: "http://http-proxy.kube-system.svc.cluster.local:8888" for name in ("HTTPS_PROXY", "https_proxy")}
-    env |= {"NO_PROXY": "localhost,10.0.0.0/16", "no_proxy": "localhost,10.0.0.0/16"}
-    live.kubectl("apply", "-f", "-", stdin=_deployment("stale", env=env))
-    try:
-        (finding,) = live.findings()
-        assert finding["object"] == "Deployment default/stale"
-        assert (
-            finding["message"]
-            == "container app: NO_PROXY is stale (differs from the composed NO_PROXY for its runtimes)"
-        )
-    finally:
-        live.kubectl("-n", "default", "delete", "deployment", "stale")
 
 
 def test_a_proxy_image_with_a_mutable_tag(live: Live) -> None:

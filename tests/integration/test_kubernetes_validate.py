@@ -1,4 +1,5 @@
-"""Every object `manifests()` emits validates, strictly, against the newest Kubernetes schema kubernetes-validate ships.
+"""Every object `manifests()` (and `render --format check-rbac`) emits validates, strictly, against the newest
+Kubernetes schema kubernetes-validate ships.
 
 Strict means unknown fields are errors: a typo in a builder (`ipFamily` for
 `ipFamilies`) fails here, not at `kubectl apply` time.
@@ -19,6 +20,7 @@ import pytest
 import yaml
 from jsonschema import Draft7Validator
 
+from proxy_component.check import rbac_objects
 from proxy_component.render import manifests
 from proxy_component.settings import Settings, SettingsError, parse_settings
 
@@ -159,6 +161,21 @@ def test_variant_objects_validate(name: str) -> None:
     else:
         assert kinds == ["ConfigMap", "ConfigMap", "ConfigMap"]  # only proxy-config: no tinyproxy objects
         assert {o["metadata"]["namespace"] for o in proxy_configs} == {"default", "ci", "monitoring"}
+
+
+@pytest.mark.parametrize("name", ["example", *sorted(VARIANTS), "kyverno"])
+def test_check_rbac_objects_validate(name: str) -> None:
+    """The ServiceAccount and roles of `render --format check-rbac`."""
+    extra = {"injection": {"kyverno": True}} if name == "kyverno" else VARIANTS.get(name, {})
+    objects = rbac_objects(_variant(**extra))
+    _validate_all(objects)
+    assert {o["kind"] for o in objects} == {
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+    }
 
 
 def test_ipv6_example_service_is_ipv6_single_stack() -> None:

@@ -1,159 +1,252 @@
-"""`check` against a fake API serving real kubernetes-client models: the proxy's images and its Pod Security level.
-
-The fake answers each list call from the objects given for it (one page), honouring the namespace, a
-`metadata.name=` field selector and an `app=` label selector; the objects are the rendered ones, turned into
-the client's models by the client's own deserializer, so `check` reads the attributes it reads live.
-"""
+"""`check` without a cluster: the role it runs under, which nodes and addresses it judges, and how the command
+fails (no CONFIG, no kubeconfig, a crash). The live lane (tests/cluster) runs it against a real API server."""
 
 from __future__ import annotations
 
-import inspect
-import json
-from types import SimpleNamespace
+from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes.client import ApiClient
+import yaml
+from kubernetes.client import V1Node, V1NodeAddress, V1NodeSpec, V1NodeStatus, V1ObjectMeta, V1Taint
 
-from proxy_component.check import Cluster, Finding, check_cluster
-from proxy_component.render import manifests
+from proxy_component import check
+from proxy_component.check import CHECK_NAME, _eligible, _nodes, accesses, rbac_objects, runs_daemonsets, scrub
+from proxy_component.cli import main
 from proxy_component.settings import Settings, parse_settings
+from tests.conftest import ROOT
 
-SETTINGS = {
-    "cluster": {"podCidrs": ["10.244.0.0/16"], "serviceCidrs": ["10.96.0.0/12"], "nodeCidrs": ["192.0.2.0/24"]},
-    "namespaces": ["default"],
-}
-_API = ApiClient()
+EXAMPLE = ROOT / "examples/ipv6-only/proxy.yaml"
+BASE: dict[str, Any] = {"cluster": {"podCidrs": ["10.0.0.0/16"], "nodeCidrs": ["192.0.2.0/24"]}, "namespaces": ["default", "team-a"]}  # fmt: skip
+CREDENTIALS = {"proxy": {"httpProxy": "http://user:pw@proxy.corp.example:3128"}}
+KYVERNO = {"injection": {"kyverno": True}}
+CASES: dict[str, dict[str, Any]] = {
+    "plain": BASE,
+    "credentials": {**BASE, **CREDENTIALS},
+    "kyverno": {**BASE, **KYVERNO},
+    "credentials-kyverno": {**BASE, **CREDENTIALS, **KYVERNO},
+    "no-deployment": {**BASE, "proxy": {"httpProxy": "http://proxy.corp.example:3128"}, "deployment": {"enabled": False}},
+}  # fmt: skip
 
-
-def _model(obj: dict[str, Any], kind: str) -> Any:
-    """The client's model for a JSON object, by its own deserializer (whose signature differs between client versions)."""
-    text = json.dumps(obj)
-    deserialize: Any = _API.deserialize
-    if "content_type" in inspect.signature(deserialize).parameters:
-        return deserialize(text, kind, "application/json")
-    return deserialize(SimpleNamespace(data=text), kind)
-
-
-class FakeApi:
-    """Every API group at once: a list call answers the objects given under its name that its arguments select."""
-
-    def __init__(self, objects: dict[str, list[Any]]) -> None:
-        self.objects = objects
-
-    def __getattr__(self, call: str) -> Any:
-        def answer(**kwargs: Any) -> Any:
-            items = [o for o in self.objects.get(call, []) if _selected(o, kwargs)]
-            return SimpleNamespace(items=items, metadata=SimpleNamespace(_continue=None))
-
-        return answer
+Grant = tuple[str | None, str, str, str, str | None]
 
 
-def _selected(obj: Any, kwargs: dict[str, Any]) -> bool:
-    meta = obj.metadata
-    if "namespace" in kwargs and meta.namespace != kwargs["namespace"]:
-        return False
-    field = kwargs.get("field_selector", "")
-    if field.startswith("metadata.name=") and meta.name != field.removeprefix("metadata.name="):
-        return False
-    label = kwargs.get("label_selector", "")
-    if label.startswith("app="):
-        return bool((meta.labels or {}).get("app") == label.removeprefix("app="))
-    return True
-
-
-def _cluster(
-    settings: Settings, *, images: dict[str, str] | None = None, namespace_labels: dict[str, str] | None = None
-) -> Cluster:
-    """A one-node cluster where the rendered proxy runs and is ready; `images` replaces container images by name."""
-    rendered = {(o["kind"], o["metadata"]["name"]): o for o in manifests(settings)}
-    daemonset = rendered[("DaemonSet", "http-proxy")]
-    pod_spec = daemonset["spec"]["template"]["spec"]
-    for container in [*pod_spec.get("initContainers", []), *pod_spec["containers"]]:
-        container["image"] = (images or {}).get(container["name"], container["image"])
-    daemonset["status"] = {
-        "numberReady": 1,
-        "desiredNumberScheduled": 1,
-        "currentNumberScheduled": 1,
-        "numberMisscheduled": 0,
+def _grants(objects: list[dict[str, Any]]) -> set[Grant]:
+    """What the rendered roles allow, bound to the ServiceAccount: (namespace, group, resource, verb, name)."""
+    bound = {
+        (o["kind"].removesuffix("Binding"), o["metadata"].get("namespace"))
+        for o in objects
+        if o["kind"].endswith("Binding")
+        and o["subjects"] == [{"kind": "ServiceAccount", "name": CHECK_NAME, "namespace": "kube-system"}]
+        and o["roleRef"]["name"] == CHECK_NAME
     }
-    node = {
-        "metadata": {"name": "n1", "labels": {"kubernetes.io/os": "linux"}},
-        "spec": {"podCIDR": "10.244.1.0/24", "podCIDRs": ["10.244.1.0/24"]},
-        "status": {"addresses": [{"type": "InternalIP", "address": "192.0.2.10"}]},
+    out: set[Grant] = set()
+    for obj in objects:
+        namespace = obj["metadata"].get("namespace")
+        if obj["kind"] not in ("ClusterRole", "Role") or (obj["kind"], namespace) not in bound:
+            continue
+        for rule in obj["rules"]:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    for verb in rule["verbs"]:
+                        for name in rule.get("resourceNames", [None]):
+                            out.add((namespace, group, resource, verb, name))
+    return out
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_rendered_roles_grant_exactly_what_check_may_request(case: str) -> None:
+    settings = parse_settings(CASES[case])
+    wanted = {(a.namespace, a.api.group, a.api.resource, a.api.verb, a.name) for a in accesses(settings)}
+    objects = rbac_objects(settings)
+    assert _grants(objects) == wanted
+    assert objects[0] == {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": CHECK_NAME, "namespace": "kube-system", "labels": {
+            "app.kubernetes.io/part-of": "proxy-component", "app.kubernetes.io/component": "check"}},
+    }  # fmt: skip
+    for namespace, _, resource, verb, name in wanted:
+        # Cluster-wide: lists of nodes and ServiceCIDRs, and the proxy's own Namespace by name (its Pod Security).
+        assert (
+            namespace is not None
+            or resource in ("nodes", "servicecidrs")
+            or (resource, name)
+            == (
+                "namespaces",
+                "kube-system",
+            )
+        ), "nothing else cluster-wide"
+        assert (verb == "get") == (name is not None), "every get names its object, no list does"
+        assert not (resource in ("secrets", "configmaps") and verb == "list")
+
+
+def test_with_credentials_and_kyverno_secrets_are_read_by_name_and_pods_listed() -> None:
+    objects = rbac_objects(parse_settings(CASES["credentials-kyverno"]))
+    roles = {(o["kind"], o["metadata"].get("namespace")): o["rules"] for o in objects if "rules" in o}
+    secret = {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"], "resourceNames": ["proxy-config"]}
+    assert roles == {
+        ("ClusterRole", None): [
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
+            {"apiGroups": ["networking.k8s.io"], "resources": ["servicecidrs"], "verbs": ["list"]},
+            {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get"], "resourceNames": ["kube-system"]},
+        ],
+        ("Role", "default"): [
+            {"apiGroups": [""], "resources": ["services"], "verbs": ["get"], "resourceNames": ["kubernetes"]},
+            secret,
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+        ],
+        # The proxy's namespace: its DaemonSet and pods, and the proxy-config Kyverno clones (no workloads:
+        # kube-system is excluded from injection).
+        ("Role", "kube-system"): [
+            {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["get"], "resourceNames": ["http-proxy"]},
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+            secret,
+        ],
+        ("Role", "team-a"): [secret, {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}],
     }
-    pod = {
-        "metadata": {"name": "http-proxy-a", "namespace": "kube-system", "labels": {"app": "http-proxy"}},
-        "spec": {"nodeName": "n1", "containers": [{"name": "tinyproxy"}]},
-    }
-    namespace = {"metadata": {"name": "kube-system", "labels": namespace_labels or {}}}
-    api = FakeApi(
-        {
-            "list_node": [_model(node, "V1Node")],
-            "list_namespace": [_model(namespace, "V1Namespace")],
-            "list_namespaced_daemon_set": [_model(daemonset, "V1DaemonSet")],
-            "list_namespaced_pod": [_model(pod, "V1Pod")],
-            "list_config_map_for_all_namespaces": [_model(rendered[("ConfigMap", "proxy-config")], "V1ConfigMap")],
-        }
+
+
+def test_render_check_rbac(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    config = tmp_path / "proxy.yaml"
+    config.write_text(yaml.safe_dump(BASE))
+    assert main(["render", str(config), "--format", "check-rbac"]) == 0
+    docs = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert [(d["kind"], d["metadata"].get("namespace")) for d in docs] == [
+        ("ServiceAccount", "kube-system"),
+        ("ClusterRole", None),
+        ("ClusterRoleBinding", None),
+        ("Role", "default"),
+        ("RoleBinding", "default"),
+        ("Role", "kube-system"),
+        ("RoleBinding", "kube-system"),
+        ("Role", "team-a"),
+        ("RoleBinding", "team-a"),
+    ]
+
+
+def _node(name: str, labels: dict[str, str] | None = None, taint: str | None = None, **addresses: str) -> V1Node:
+    return V1Node(
+        metadata=V1ObjectMeta(name=name, labels={"kubernetes.io/os": "linux", **(labels or {})}),
+        spec=V1NodeSpec(taints=[V1Taint(key=taint, effect="NoSchedule")] if taint else None),
+        status=V1NodeStatus(addresses=[V1NodeAddress(address=a, type=t) for t, a in addresses.items()]),
     )
-    return Cluster(core=api, apps=api, batch=api, networking=api, discovery=api, server="https://127.0.0.1:6443")
-
-
-def test_the_rendered_proxy_is_clean() -> None:
-    """The baseline the other tests vary: the default images and an unlabelled namespace give no finding."""
-    settings = parse_settings(SETTINGS)
-    assert check_cluster(settings, _cluster(settings)) == []
 
 
 @pytest.mark.parametrize(
-    ("container", "image"),
+    ("node", "runs"),
     [
-        ("tinyproxy", "docker.io/vimagick/tinyproxy:latest"),
-        ("tinyproxy", "docker.io/vimagick/tinyproxy"),
-        ("firewall", "registry.k8s.io/kube-proxy:stable"),
+        (_node("plain"), True),
+        (_node("aks-virtual-node", {"type": "virtual-kubelet"}), False),
+        (_node("vk-tainted", taint="virtual-kubelet.io/provider"), False),
+        (_node("fargate-ip-10-0-1-2", {"eks.amazonaws.com/compute-type": "fargate"}), False),
+        (_node("ec2", {"eks.amazonaws.com/compute-type": "ec2"}), True),
+        (_node("tainted", taint="dedicated"), True),  # the DaemonSet tolerates every taint
     ],
+    ids=lambda v: str(getattr(getattr(v, "metadata", None), "name", v)),
 )
-def test_a_mutable_image_tag_is_a_warning(container: str, image: str) -> None:
-    settings = parse_settings(SETTINGS)
-    findings = check_cluster(settings, _cluster(settings, images={container: image}))
-    assert findings == [
-        Finding(
-            "image-mutable-tag",
-            "DaemonSet kube-system/http-proxy",
+def test_nodes_that_never_run_daemonsets(node: V1Node, runs: bool) -> None:
+    settings = parse_settings(BASE)
+    assert runs_daemonsets(node) is runs
+    assert _eligible(settings, node) is runs
+
+
+def test_only_internal_ips_are_judged() -> None:
+    settings: Settings = parse_settings(BASE)
+    no_proxy = list(settings.no_proxy().networks())
+    public = _node("public", InternalIP="192.0.2.9", ExternalIP="203.0.113.9", Hostname="public")
+    assert list(_nodes(settings, [public], no_proxy)) == []
+    outside = _node("outside", InternalIP="198.51.100.9")
+    assert [(f.kind, f.severity, f.message) for f in _nodes(settings, [outside], no_proxy)] == [
+        (
+            "node-outside-allow",
+            "error",
+            "address 198.51.100.9 is outside tinyproxy's Allow list: its host-network pods are refused by the proxy "
+            "(add its range to cluster.nodeCidrs)",
+        ),
+        (
+            "node-not-in-no-proxy",
             "warning",
-            f"container {container}: image {image!r} has no digest and no versioned tag, so nodes may run different "
-            "builds of it (set a versioned tag and pin its digest, e.g. name:1.2.3@sha256:...)",
-        )
+            "address 198.51.100.9 is not covered by NO_PROXY: clients send requests to it through the proxy (add its "
+            "range to cluster.nodeCidrs)",
+        ),
     ]
 
 
-def test_a_pinned_digest_is_not_mutable_whatever_its_tag() -> None:
-    settings = parse_settings(SETTINGS)
-    pinned = "docker.io/vimagick/tinyproxy:latest@sha256:" + "0" * 64
-    assert check_cluster(settings, _cluster(settings, images={"tinyproxy": pinned})) == []
+def test_check_without_config_refuses_rather_than_use_the_example(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["check"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.endswith(
+        "proxy-component: error: check: CONFIG is required: the settings of the cluster to compare (the embedded "
+        "example describes no real cluster)\n"
+    )
 
 
-@pytest.mark.parametrize("level", ["baseline", "restricted"])
-def test_a_namespace_enforcing_a_stricter_pod_security_level_is_a_warning(level: str) -> None:
-    settings = parse_settings(SETTINGS)
-    labels = {"pod-security.kubernetes.io/enforce": level, "pod-security.kubernetes.io/warn": "restricted"}
-    findings = check_cluster(settings, _cluster(settings, namespace_labels=labels))
-    assert [str(f) for f in findings] == [
-        f"warning: Namespace kube-system: enforces Pod Security level {level!r}, which refuses the proxy's pods: they "
-        "need 'privileged' (hostNetwork, hostPort, and the firewall init container's root user with NET_ADMIN) "
-        "(label it pod-security.kubernetes.io/enforce=privileged, or set deployment.namespace to one that is)"
-    ]
+@pytest.fixture
+def outside_a_pod(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.kube/config
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_PORT", raising=False)
 
 
-@pytest.mark.parametrize("labels", [{"pod-security.kubernetes.io/enforce": "privileged"}, {}])
-def test_privileged_or_no_enforce_label_is_clean(labels: dict[str, str]) -> None:
-    settings = parse_settings(SETTINGS)
-    assert check_cluster(settings, _cluster(settings, namespace_labels=labels)) == []
+@pytest.mark.usefixtures("outside_a_pod")
+def test_no_kubeconfig_and_no_pod_is_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", str(EXAMPLE)]) == 2
+    assert capsys.readouterr().err == (
+        "proxy-component check: no kubeconfig: --kubeconfig is not given, $KUBECONFIG is not set and ~/.kube/config "
+        "does not exist, and this is not a Pod (KUBERNETES_SERVICE_HOST is not set) (expected one of them)\n"
+    )
 
 
-def test_without_the_deployment_neither_images_nor_pod_security_are_read() -> None:
-    settings = parse_settings({**SETTINGS, "deployment": {"enabled": False}, "proxy": {"httpProxy": "http://p:3128"}})
-    labels = {"pod-security.kubernetes.io/enforce": "restricted"}
-    cluster = _cluster(parse_settings(SETTINGS), images={"tinyproxy": "x:latest"}, namespace_labels=labels)
-    kinds = {f.kind for f in check_cluster(settings, cluster)}
-    assert kinds.isdisjoint({"image-mutable-tag", "pod-security-too-strict"}), kinds
+@pytest.mark.usefixtures("outside_a_pod")
+def test_in_a_pod_without_its_token_is_exit_2(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert not Path("/var/run/secrets/kubernetes.io/serviceaccount/token").exists()
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    assert main(["check", str(EXAMPLE)]) == 2
+    assert capsys.readouterr().err == (
+        "proxy-component check: in-cluster config (a Pod's service account): Service token file does not exist.\n"
+    )
+
+
+def test_a_crash_is_exit_3_not_findings_and_shows_no_credential(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    config = tmp_path / "proxy.yaml"
+    config.write_text("proxy: {httpProxy: 'http://user:pa%40ss-w0rd@proxy.corp.example:3128'}\nnamespaces: [default]\n")
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+    }))  # fmt: skip
+
+    def crash(settings: Settings, cluster: check.Cluster) -> list[check.Finding]:
+        raise RuntimeError(f"cannot judge {settings.http_proxy} (password pa@ss-w0rd) at {cluster.server}")
+
+    monkeypatch.setattr(check, "check_cluster", crash)
+    assert main(["check", str(config), "--kubeconfig", str(kubeconfig)]) == 3
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "pa%40ss-w0rd" not in captured.err
+    assert "pa@ss-w0rd" not in captured.err
+    assert captured.err.startswith("Traceback (most recent call last):\n")
+    assert "RuntimeError: cannot judge http://***@proxy.corp.example:3128 (password ***) at https://127.0.0.1:1\n" in (
+        captured.err
+    )
+    assert captured.err.endswith(
+        "proxy-component check: internal error, not a finding: RuntimeError (a bug in proxy-component; please report "
+        "it with the traceback above)\n"
+    )
+
+
+def test_scrub_hides_any_urls_userinfo_and_the_settings_passwords() -> None:
+    settings = parse_settings({"proxy": {"upstream": {"url": "http://proxy.corp:3128", "username": "svc",
+                                                      "password": "upstream-Secret"}}})  # fmt: skip
+    text = "a http://x:y@host:1 b https://only-user@h c upstream-Secret d svc"
+    assert scrub(text, settings) == "a http://***@host:1 b https://***@h c *** d svc"

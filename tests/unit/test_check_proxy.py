@@ -1,0 +1,172 @@
+"""`check` against a fake API serving real kubernetes-client models: the proxy's images and its Pod Security level.
+
+The fake answers each call `check` makes from the objects given for its kind: a `read_...` by name (and
+namespace) or a 404, a `list_...` in one page, honouring the namespace and an `app=` label selector; the
+objects are the rendered ones, turned into the client's models by the client's own deserializer, so `check`
+reads the attributes it reads live.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
+
+from proxy_component.check import Cluster, Finding, check_cluster
+from proxy_component.render import manifests
+from proxy_component.settings import Settings, parse_settings
+
+SETTINGS = {
+    "cluster": {"podCidrs": ["10.244.0.0/16"], "serviceCidrs": ["10.96.0.0/12"], "nodeCidrs": ["192.0.2.0/24"]},
+    "namespaces": ["default"],
+}
+_API = ApiClient()
+
+
+def _model(obj: dict[str, Any], kind: str) -> Any:
+    """The client's model for a JSON object, by its own deserializer (whose signature differs between client versions)."""
+    text = json.dumps(obj)
+    deserialize: Any = _API.deserialize
+    if "content_type" in inspect.signature(deserialize).parameters:
+        return deserialize(text, kind, "application/json")
+    return deserialize(SimpleNamespace(data=text), kind)
+
+
+class FakeApi:
+    """Every API group at once, answering from the objects given per kind (the method's name without its verb)."""
+
+    def __init__(self, objects: dict[str, list[Any]]) -> None:
+        self.objects = objects
+
+    def __getattr__(self, call: str) -> Any:
+        verb, _, kind = call.partition("_")
+        if verb not in ("read", "list"):
+            raise AttributeError(call)
+
+        def answer(*args: Any, **kwargs: Any) -> Any:
+            if verb == "read":
+                name, namespace = args[0], (args[1] if len(args) > 1 else None)
+                for obj in self.objects.get(kind, []):
+                    if obj.metadata.name == name and obj.metadata.namespace == namespace:
+                        return obj
+                raise ApiException(status=404, reason="Not Found")
+            namespace = args[0] if args else None
+            items = [o for o in self.objects.get(kind, []) if _selected(o, namespace, kwargs)]
+            return SimpleNamespace(items=items, metadata=SimpleNamespace(_continue=None))
+
+        return answer
+
+
+def _selected(obj: Any, namespace: str | None, kwargs: dict[str, Any]) -> bool:
+    meta = obj.metadata
+    if namespace is not None and meta.namespace != namespace:
+        return False
+    label = kwargs.get("label_selector", "")
+    if label.startswith("app="):
+        return bool((meta.labels or {}).get("app") == label.removeprefix("app="))
+    return True
+
+
+def _cluster(
+    settings: Settings, *, images: dict[str, str] | None = None, namespace_labels: dict[str, str] | None = None
+) -> Cluster:
+    """A one-node cluster where the rendered proxy runs and is ready; `images` replaces container images by name."""
+    rendered = {(o["kind"], o["metadata"]["name"]): o for o in manifests(settings)}
+    daemonset = rendered[("DaemonSet", "http-proxy")]
+    pod_spec = daemonset["spec"]["template"]["spec"]
+    for container in [*pod_spec.get("initContainers", []), *pod_spec["containers"]]:
+        container["image"] = (images or {}).get(container["name"], container["image"])
+    daemonset["status"] = {
+        "numberReady": 1,
+        "desiredNumberScheduled": 1,
+        "currentNumberScheduled": 1,
+        "numberMisscheduled": 0,
+    }
+    node = {
+        "metadata": {"name": "n1", "labels": {"kubernetes.io/os": "linux"}},
+        "spec": {"podCIDR": "10.244.1.0/24", "podCIDRs": ["10.244.1.0/24"]},
+        "status": {"addresses": [{"type": "InternalIP", "address": "192.0.2.10"}]},
+    }
+    pod = {
+        "metadata": {"name": "http-proxy-a", "namespace": "kube-system", "labels": {"app": "http-proxy"}},
+        "spec": {"nodeName": "n1", "containers": [{"name": "tinyproxy"}]},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    namespace = {"metadata": {"name": "kube-system", "labels": namespace_labels or {}}}
+    api = FakeApi(
+        {
+            "node": [_model(node, "V1Node")],
+            "namespace": [_model(namespace, "V1Namespace")],
+            "namespaced_daemon_set": [_model(daemonset, "V1DaemonSet")],
+            "namespaced_pod": [_model(pod, "V1Pod")],
+            "namespaced_config_map": [_model(rendered[("ConfigMap", "proxy-config")], "V1ConfigMap")],
+            "service_cidr": [],
+        }
+    )
+    clients = {"core": api, "apps": api, "batch": api, "networking": api}
+    return Cluster(clients=clients, server="https://127.0.0.1:6443")
+
+
+def test_the_rendered_proxy_is_clean() -> None:
+    """The baseline the other tests vary: the default images and an unlabelled namespace give no finding."""
+    settings = parse_settings(SETTINGS)
+    assert check_cluster(settings, _cluster(settings)) == []
+
+
+@pytest.mark.parametrize(
+    ("container", "image"),
+    [
+        ("tinyproxy", "docker.io/vimagick/tinyproxy:latest"),
+        ("tinyproxy", "docker.io/vimagick/tinyproxy"),
+        ("firewall", "registry.k8s.io/kube-proxy:stable"),
+    ],
+)
+def test_a_mutable_image_tag_is_a_warning(container: str, image: str) -> None:
+    settings = parse_settings(SETTINGS)
+    findings = check_cluster(settings, _cluster(settings, images={container: image}))
+    assert findings == [
+        Finding(
+            "image-mutable-tag",
+            "DaemonSet kube-system/http-proxy",
+            "warning",
+            f"container {container}: image {image!r} has no digest and no versioned tag, so nodes may run different "
+            "builds of it (set a versioned tag and pin its digest, e.g. name:1.2.3@sha256:...)",
+        )
+    ]
+
+
+def test_a_pinned_digest_is_not_mutable_whatever_its_tag() -> None:
+    settings = parse_settings(SETTINGS)
+    pinned = "docker.io/vimagick/tinyproxy:latest@sha256:" + "0" * 64
+    assert check_cluster(settings, _cluster(settings, images={"tinyproxy": pinned})) == []
+
+
+@pytest.mark.parametrize("level", ["baseline", "restricted"])
+def test_a_namespace_enforcing_a_stricter_pod_security_level_is_a_warning(level: str) -> None:
+    settings = parse_settings(SETTINGS)
+    labels = {"pod-security.kubernetes.io/enforce": level, "pod-security.kubernetes.io/warn": "restricted"}
+    findings = check_cluster(settings, _cluster(settings, namespace_labels=labels))
+    assert [str(f) for f in findings] == [
+        f"warning: Namespace kube-system: enforces Pod Security level {level!r}, which refuses the proxy's pods: they "
+        "need 'privileged' (hostNetwork, hostPort, and the firewall init container's root user with NET_ADMIN) "
+        "(label it pod-security.kubernetes.io/enforce=privileged, or set deployment.namespace to one that is)"
+    ]
+
+
+@pytest.mark.parametrize("labels", [{"pod-security.kubernetes.io/enforce": "privileged"}, {}])
+def test_privileged_or_no_enforce_label_is_clean(labels: dict[str, str]) -> None:
+    settings = parse_settings(SETTINGS)
+    assert check_cluster(settings, _cluster(settings, namespace_labels=labels)) == []
+
+
+def test_without_the_deployment_neither_images_nor_pod_security_are_read() -> None:
+    settings = parse_settings({**SETTINGS, "deployment": {"enabled": False}, "proxy": {"httpProxy": "http://p:3128"}})
+    labels = {"pod-security.kubernetes.io/enforce": "restricted"}
+    cluster = _cluster(parse_settings(SETTINGS), images={"tinyproxy": "x:latest"}, namespace_labels=labels)
+    kinds = {f.kind for f in check_cluster(settings, cluster)}
+    assert kinds.isdisjoint({"image-mutable-tag", "pod-security-too-strict"}), kinds
