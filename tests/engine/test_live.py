@@ -136,6 +136,17 @@ def stack(project_factory: Any, cluster: Cluster, name: str, settings: dict[str,
     return project
 
 
+def apply_rendered(cluster: Cluster, settings: dict[str, Any], tmp_path: Path) -> None:
+    """Make the objects beforehand as the runbook did: `proxy-component render` applied with kubectl."""
+    path = tmp_path / "beforehand.yaml"
+    path.write_text(yaml.safe_dump(settings))
+    rendered = subprocess.run(
+        [sys.executable, "-m", "proxy_component.cli", "render", str(path)],
+        capture_output=True, text=True, check=True, cwd=ROOT,
+    )  # fmt: skip
+    cluster.kubectl("apply", "-f", "-", stdin=rendered.stdout)
+
+
 def check(cluster: Cluster, settings: dict[str, Any], tmp_path: Path) -> subprocess.CompletedProcess[str]:
     path = tmp_path / "check-settings.yaml"
     path.write_text(yaml.safe_dump(settings))
@@ -203,16 +214,7 @@ def test_adopt_existing_takes_over_objects_made_with_kubectl(
     project_factory: Any, cluster: Cluster, tmp_path: Path
 ) -> None:
     settings = {"cluster": SETTINGS["cluster"], "namespaces": ["default"]}
-    path = tmp_path / "adopt.yaml"
-    path.write_text(yaml.safe_dump(settings))
-    rendered = subprocess.run(
-        [sys.executable, "-m", "proxy_component.cli", "render", str(path)],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=ROOT,
-    )
-    cluster.kubectl("apply", "-f", "-", stdin=rendered.stdout)
+    apply_rendered(cluster, settings, tmp_path)
     project = stack(project_factory, cluster, "adopt", settings)
     plain = project.run("up", "--yes", "--skip-preview", check=False)
     assert plain.returncode != 0, "the control: without adoptExisting the objects are in the way"
@@ -290,13 +292,7 @@ def test_the_readme_import_commands_take_over_objects_made_with_kubectl(
     project_factory: Any, cluster: Cluster, tmp_path: Path
 ) -> None:
     settings = {"cluster": SETTINGS["cluster"], "namespaces": ["default"]}
-    path = tmp_path / "import.yaml"
-    path.write_text(yaml.safe_dump(settings))
-    rendered = subprocess.run(
-        [sys.executable, "-m", "proxy_component.cli", "render", str(path)],
-        capture_output=True, text=True, check=True, cwd=ROOT,
-    )  # fmt: skip
-    cluster.kubectl("apply", "-f", "-", stdin=rendered.stdout)
+    apply_rendered(cluster, settings, tmp_path)
     cluster.kubectl("-n", "kube-system", "rollout", "status", "daemonset/http-proxy", "--timeout=60s")
     generation = cluster.get("daemonset", "http-proxy", "-n", "kube-system")["metadata"]["generation"]
     pods = {p["metadata"]["uid"] for p in cluster.get("pods", "-n", "kube-system", "-l", "app=http-proxy")["items"]}
