@@ -63,6 +63,9 @@ class UpstreamSettingsArgs(TypedDict):
     no_upstream: NotRequired[pulumi.Input[Sequence[pulumi.Input[str]]]]
     """Destinations tinyproxy reaches directly, not through the upstream."""
 
+    trusted_ca: NotRequired[pulumi.Input[str]]
+    """PEM CA certificates of a TLS-inspecting upstream (one text, or a list): public, not a secret."""
+
 
 class HelmValuesSecretArgs(TypedDict):
     """A Secret with key `values.yaml` holding one profile's values, for Flux `valuesFrom` or app platforms."""
