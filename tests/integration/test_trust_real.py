@@ -41,6 +41,7 @@ import certifi
 import pulumi
 import pytest
 
+from proxy_component.clients import TRUST
 from proxy_component.render import plain_values
 from proxy_component.render.proxy import tinyproxy_conf, tinyproxy_filter
 from proxy_component.render.trust import MOUNT_PATH, PublicRoots, trust_bundle_object
@@ -366,3 +367,19 @@ def test_the_merged_bundle_is_what_keeps_a_public_root_site_working(lab: Lab) ->
         url = f"https://{PUBLIC}/corporate-only-{client}"
         got = _fetch(lab, client, corporate_only, [url])
         assert re.search(CERT_ERRORS[client], got[url]), got
+
+
+@pytest.mark.parametrize("client", ["wget", "git"])
+def test_wget_and_git_read_none_of_the_trust_variables(lab: Lab, client: str) -> None:
+    """What `explain` says of them (clients.TRUST): Debian's builds use GnuTLS, which reads no SSL_CERT_FILE, so
+    even with the rendered env they fail verification through the inspecting proxy."""
+    url = f"https://{INSPECTED}/{client}"
+    if client == "wget":
+        r = lab.run(["wget", "--no-verbose", "--tries=1", "--timeout=10", "-O", "/dev/null", url], lab.with_ca)
+        assert r.returncode == 5, (r.returncode, r.stderr)  # 5: SSL verification failure
+        assert "certificate" in r.stderr, r.stderr
+    else:
+        r = lab.run(["git", "ls-remote", url], lab.with_ca)
+        assert r.returncode != 0
+        assert "server certificate verification failed" in r.stderr, r.stderr
+    assert TRUST[client].variables == ()
