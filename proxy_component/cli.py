@@ -217,8 +217,8 @@ def _explain(args: argparse.Namespace) -> int:
     for cell in trust:
         if cell.source:
             sources.setdefault(cell.source, []).append(cell.client)
-    for source, clients in sources.items():
-        print(f"TLS trust from {source}: {', '.join(clients)}")
+    for source, readers in sources.items():
+        print(f"TLS trust from {source}: {', '.join(readers)}")
     notes = list(dict.fromkeys(cell.warning for cell in trust if cell.warning))
     for number, note in enumerate(notes, len(lines) + 1):
         clients = ", ".join(cell.client for cell in trust if cell.warning == note)
