@@ -12,7 +12,7 @@ from typing import Any
 import certifi
 import pulumi
 import pytest
-from cryptography.hazmat.primitives.serialization import pkcs12
+from cryptography.hazmat.primitives.serialization import NoEncryption, pkcs12
 
 from proxy_component.explain import trust_cells
 from proxy_component.render import manifests, plain_plan, plain_values
@@ -94,7 +94,7 @@ def test_the_truststore_has_no_mac_and_the_same_bytes_every_time() -> None:
     once, again = java_truststore(entries), java_truststore(list(entries))
     assert once == again
     raw = [pkcs12.serialize_java_truststore(
-        [pkcs12.PKCS12Certificate(c, a.encode()) for a, c in entries], pkcs12.serialization.NoEncryption()
+        [pkcs12.PKCS12Certificate(c, a.encode()) for a, c in entries], NoEncryption()
     ) for _ in range(2)]  # fmt: skip
     assert raw[0] != raw[1], "cryptography's MAC salt is random: the reason the MAC is left out"
     assert len(once) < len(raw[0])
@@ -349,7 +349,7 @@ def test_an_ephemeral_container_gets_the_group_only_in_a_pod_with_the_bundle() -
         ([trust_volume()], True),
         ([{"name": BUNDLE_NAME, "emptyDir": {}}], False),
     ):
-        pod = {"metadata": {}, "spec": {"containers": [], "ephemeralContainers": [copy.deepcopy(debug)]}}
+        pod: dict[str, Any] = {"metadata": {}, "spec": {"containers": [], "ephemeralContainers": [dict(debug)]}}
         if volumes is not None:
             pod["spec"]["volumes"] = volumes
         admitted = _admit(policy, pod, "apps", True, "ephemeralContainers")
