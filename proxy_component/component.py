@@ -48,7 +48,14 @@ _RESOURCE_CLASSES: dict[tuple[str, str], Any] = {
     ("v1", "Service"): k8s.core.v1.Service,
     ("apps/v1", "DaemonSet"): k8s.apps.v1.DaemonSet,
 }
-_ARG_NAMES = {"metadata": "metadata", "data": "data", "stringData": "string_data", "type": "type", "spec": "spec"}
+_ARG_NAMES = {
+    "metadata": "metadata",
+    "data": "data",
+    "binaryData": "binary_data",
+    "stringData": "string_data",
+    "type": "type",
+    "spec": "spec",
+}
 
 
 @dataclass(frozen=True, kw_only=True)
