@@ -14,8 +14,10 @@ import yaml
 
 from proxy_component.render import manifests, plain_values
 from proxy_component.render.kustomize import kustomization
+from proxy_component.render.kyverno import cluster_policy
 from proxy_component.render.trust import JAVA_TRUST_OPTIONS, MOUNT_PATH, trust_volume, trust_volume_mount
 from proxy_component.settings import Settings, parse_settings
+from tests.integration.test_consumers_real import _errors, _schema
 from tests.integration.test_kubernetes_validate import K8S_VERSION
 from tests.pki import make_ca
 
@@ -90,3 +92,12 @@ def test_the_trust_objects_pass_kubernetes_validate_strict() -> None:
     assert {o["metadata"]["namespace"] for o in objects} == {"apps", "kube-system"}
     for obj in objects:
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+def test_the_policy_with_the_trust_group_matches_the_clusterpolicy_crd() -> None:
+    policy = cluster_policy(SETTINGS, plain_values(SETTINGS))
+    assert "clone-proxy-trust" in [r["name"] for r in policy["spec"]["rules"]]
+    assert any(
+        "any" in f["preconditions"] for r in policy["spec"]["rules"] for f in r.get("mutate", {}).get("foreach", [])
+    )
+    assert _errors(_schema("kyverno-clusterpolicy-v1.yaml"), policy) == []
