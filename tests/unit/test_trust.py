@@ -7,11 +7,13 @@ import copy
 import itertools
 import json
 import warnings
+from pathlib import Path
 from typing import Any
 
 import certifi
 import pulumi
 import pytest
+import yaml
 from cryptography.hazmat.primitives.serialization import NoEncryption, pkcs12
 
 from proxy_component.explain import trust_cells
@@ -35,9 +37,11 @@ from proxy_component.render.trust import (
 )
 from proxy_component.settings import Settings, SettingsError, ca_certificates, parse_settings
 from proxy_component.transform import proxy_env_transform
+from tests.conftest import ROOT
 from tests.pki import make_ca
 from tests.unit.test_kyverno import _holds, _rule
 
+EXAMPLE_PLAIN = ROOT / "examples/ipv6-only/proxy.yaml"
 CORP, SECOND = make_ca("Corp Inspecting CA"), make_ca("Corp Second CA")
 
 
@@ -402,3 +406,24 @@ def test_explain_says_where_each_client_takes_the_ca_from() -> None:
     java = {c.client: c for c in trust_cells(TRUSTED, TRUSTED.no_proxy(), {"java"})}["java"]
     assert java.source == "JDK_JAVA_OPTIONS (javax.net.ssl.trustStore)"
     assert java.warning == ""
+
+
+def test_the_command_explains_tls_trust_per_client(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from proxy_component.cli import main
+
+    config = tmp_path / "proxy.yaml"
+    data = {
+        "cluster": {"podCidrs": ["10.244.0.0/16"]},
+        "proxy": {"upstream": {"url": "http://10.1.2.3:3128", "trustedCa": CORP.cert_pem}},
+        "namespaces": ["apps"],
+    }
+    config.write_text(yaml.safe_dump(data))
+    assert main(["explain", str(config), "--runtimes", "java,node"]) == 0
+    out = capsys.readouterr().out
+    assert "TLS trust" in out
+    assert "TLS trust from SSL_CERT_FILE (merged bundle): python-urllib, python-httpx, python-aiohttp, go, ruby" in out
+    assert "TLS trust from JDK_JAVA_OPTIONS (javax.net.ssl.trustStore): java" in out
+    notes = [line for line in out.splitlines() if line.endswith("; TLS trust]")]
+    assert [n.rsplit("[", 1)[1] for n in notes] == ["git; TLS trust]", "wget; TLS trust]", "apt; TLS trust]"]
+    assert main(["explain", str(EXAMPLE_PLAIN)]) == 0
+    assert "TLS trust" not in capsys.readouterr().out
