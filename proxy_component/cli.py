@@ -170,7 +170,7 @@ def _no_proxy(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
-    from .explain import destinations, evaluate, warnings
+    from .explain import destinations, evaluate, trust_cells, warnings
     from .render.runtimes import NO_PROXY_PYTHON, java_options, python_no_proxy
 
     settings = _load(args.config)
@@ -208,15 +208,27 @@ def _explain(args: argparse.Namespace) -> int:
     )
     print()
     labels = {d.url: d.label for d in destinations(settings, no_proxy)}
-    _print_table(cells, labels)
+    trust = trust_cells(settings, no_proxy, selection)
+    _print_table(cells, labels, trust)
     lines = warnings(settings, no_proxy, cells)
     for number, line in enumerate(lines, 1):
         print(f"[{number}] {line}")
+    sources: dict[str, list[str]] = {}
+    for cell in trust:
+        if cell.source:
+            sources.setdefault(cell.source, []).append(cell.client)
+    for source, readers in sources.items():
+        print(f"TLS trust from {source}: {', '.join(readers)}")
+    notes = list(dict.fromkeys(cell.warning for cell in trust if cell.warning))
+    for number, note in enumerate(notes, len(lines) + 1):
+        clients = ", ".join(cell.client for cell in trust if cell.warning == note)
+        print(f"[{number}] {note} [{clients}; TLS trust]")
     return 0
 
 
-def _print_table(cells: Sequence[Any], labels: dict[str, str]) -> None:
-    """Rows are destinations, columns clients; a cell that differs from the intent is red, with its note's number."""
+def _print_table(cells: Sequence[Any], labels: dict[str, str], trust: Sequence[Any] = ()) -> None:
+    """Rows are destinations, columns clients; a cell that differs from the intent is red, with its note's number.
+    With a trusted CA, a last row says where each client takes it from (TLS trust)."""
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
@@ -236,6 +248,17 @@ def _print_table(cells: Sequence[Any], labels: dict[str, str]) -> None:
         label = escape(f"{labels[url]}\n{url}" if url in labels else url)
         shown = [_cell_text(cell, notes) for cell in row]
         table.add_row(label, "direct" if row[0].intended == "bypass" else "proxy", *shown)
+    if trust:
+        by_client = {cell.client: cell for cell in trust}
+        trust_notes = list(dict.fromkeys(cell.warning for cell in trust if cell.warning))
+        shown = []
+        for client_id in clients:
+            cell = by_client[client_id]
+            if cell.warning:
+                shown.append(f"[bold red]no CA \\[{len(notes) + trust_notes.index(cell.warning) + 1}][/bold red]")
+            else:
+                shown.append(f"[green]{escape(cell.source)}[/green]")
+        table.add_row("TLS trust\n(proxy.upstream.trustedCa)", "CA", *shown)
     width = 60 + 11 * (len(clients) + 1)
     console = Console(width=max(width, Console().width), highlight=False)
     console.print(table)

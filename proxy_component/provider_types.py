@@ -126,6 +126,9 @@ class InjectionSettings(TypedDict):
     kyverno: NotRequired[pulumi.Input[bool]]
     """Create the Kyverno ClusterPolicy that injects the env into pods."""
 
+    trust_manager: NotRequired[pulumi.Input[bool]]
+    """Create a trust-manager Bundle of its default CAs and proxy.upstream.trustedCa (needs trust-manager)."""
+
 
 class DeploymentSettings(TypedDict):
     """The in-cluster tinyproxy: where it runs, which image, and who may use it for what."""

@@ -757,6 +757,10 @@ class InjectionSettings(_Model):
         description='A workload or pod with this annotation set to "false" is skipped.',
     )
     kyverno: bool = Field(default=False, description="Create the Kyverno ClusterPolicy that injects the env into pods.")
+    trust_manager: bool = Field(
+        default=False,
+        description="Create a trust-manager Bundle of its default CAs and proxy.upstream.trustedCa (needs trust-manager).",
+    )
 
     @field_validator("exclude_namespaces")
     @classmethod
@@ -934,6 +938,11 @@ class Settings(_Model):
                     f"http://127.0.0.1:{upstream.endpoint[1]}: the firewall then lets tinyproxy reach that address and "
                     "port, and nothing else on the node)"
                 )
+        if self.injection.trust_manager and self.trusted_ca is None:
+            raise ValueError(
+                "injection.trustManager: true needs proxy.upstream.trustedCa, the CA the Bundle would distribute "
+                "(expected trustManager: false, or the PEM CA of a TLS-inspecting upstream)"
+            )
         if not self.deployment.enabled and self.proxy.http_proxy is None:
             raise ValueError(
                 "proxy.httpProxy: required when deployment.enabled is false (expected the URL of the proxy pods should use)"
