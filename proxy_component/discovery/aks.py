@@ -13,7 +13,6 @@ pod ranges too (a pool's `pod_subnet_id` when it has one). The API server's
 from __future__ import annotations
 
 import base64
-
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass

@@ -415,7 +415,8 @@ def test_http_proxy_config_passes_the_upstreams_trusted_ca_base64_encoded(mocked
     )
     registered = mocked.one(CLUSTER, "prod").inputs["httpProxyConfig"]
     decoded = base64.b64decode(registered["trustedCa"], validate=True).decode("ascii")
-    assert first.cert_pem in decoded and second.cert_pem in decoded
+    assert first.cert_pem in decoded
+    assert second.cert_pem in decoded
     assert decoded.count("-----BEGIN CERTIFICATE-----") == 2
     assert aks.http_proxy_config(settings, trusted_ca="LS0tLS1CRUdJTi0tLS0t").trusted_ca == "LS0tLS1CRUdJTi0tLS0t"
     assert aks.http_proxy_config(SETTINGS).trusted_ca is None
