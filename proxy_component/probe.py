@@ -135,11 +135,12 @@ def _request(target: Target) -> str:
 def pod_script(targets: Sequence[Target], hellos: Sequence[bytes | None], port: int, wait: int) -> str:
     """The probe pod's /bin/sh script: every URL at once (each within `wait` seconds), then the transcripts in order.
 
-    `$PROXY_HOST` is the node's address (the downward API's status.hostIP); files go to the scratch emptyDir.
+    `$PROXY_HOST` is the node's address (the downward API's status.hostIP); files go to the scratch emptyDir at
+    /probe (`$PROBE_DIR` elsewhere, as in the tests).
     """
     lines = [
         "set -u",
-        "cd /probe",
+        'cd "${PROBE_DIR:-/probe}"',
         "probe() {",
         f'  {{ printf "$2"; [ -z "$3" ] || printf %s "$3" | base64 -d; sleep {wait}; }} \\',
         f'    | timeout -s KILL {wait} nc "$PROXY_HOST" {port} 2>"$1.err" | base64 >"$1.out"',
