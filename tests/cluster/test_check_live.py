@@ -16,6 +16,7 @@ import functools
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import textwrap
@@ -134,9 +135,12 @@ class Live:
                          "--ignore-not-found")  # fmt: skip
         self.rollout()
 
-    def grant(self, settings: Path, edit: Callable[[list[dict[str, Any]]], None] | None = None) -> None:
+    def grant(
+        self, settings: Path, edit: Callable[[list[dict[str, Any]]], None] | None = None, probe: bool = False
+    ) -> None:
         """Bind the ServiceAccount to exactly the roles rendered for `settings` (edited by `edit`), nothing else."""
-        objects = list(yaml.safe_load_all(self.render(settings, "--format", "check-rbac")))
+        extra = ("--probe",) if probe else ()
+        objects = list(yaml.safe_load_all(self.render(settings, "--format", "check-rbac", *extra)))
         if edit is not None:
             edit(objects)
         self.kubectl("delete", "clusterrole,clusterrolebinding,role,rolebinding", "-A", "-l", RBAC_LABELS)
@@ -145,9 +149,11 @@ class Live:
             for rule in obj.get("rules", []):
                 names = rule.get("resourceNames", [""])
                 group = rule["apiGroups"][0]
-                resource = rule["resources"][0] + (f".{group}" if group else "")
+                resource, _, subresource = rule["resources"][0].partition("/")
+                resource += f".{group}" if group else ""
                 target = f"{resource}/{names[0]}" if names[0] else resource
                 scope = ["-n", obj["metadata"]["namespace"]] if "namespace" in obj["metadata"] else []
+                scope += [f"--subresource={subresource}"] if subresource else []
                 args = (rule["verbs"][0], target, *scope)
                 _wait(functools.partial(self.can_i, *args), f"{SERVICE_ACCOUNT} may {' '.join(args)}")
 
@@ -173,9 +179,11 @@ def _wait(condition: Callable[[], bool], what: str, timeout: float = 60) -> None
 
 
 @contextlib.contextmanager
-def granted(live: Live, settings: Path, edit: Callable[[list[dict[str, Any]]], None] | None = None) -> Iterator[None]:
+def granted(
+    live: Live, settings: Path, edit: Callable[[list[dict[str, Any]]], None] | None = None, probe: bool = False
+) -> Iterator[None]:
     """Run under the roles of other settings, then go back to the module's."""
-    live.grant(settings, edit)
+    live.grant(settings, edit, probe)
     try:
         yield
     finally:
@@ -625,3 +633,103 @@ def test_a_namespace_that_enforces_a_stricter_pod_security_level(live: Live) -> 
     finally:
         live.kubectl("label", "namespace", "kube-system", "pod-security.kubernetes.io/enforce-")
     assert live.findings() == []
+
+
+# --- check --probe ------------------------------------------------------------------------------------------------
+# kwok's nodes run no containers: a probe pod is Running there but never runs its script. What this shows: one pod
+# per node with a proxy pod, pinned and built as documented, created and deleted under exactly the rendered role,
+# the deadline turning "no result" into a timeout per node and URL, and no pod left after an interrupt. The
+# script's transcripts and their judging are shown with a real tinyproxy (tests/integration/test_probe_live.py).
+
+PROBE_SELECTOR = "app.kubernetes.io/part-of=proxy-component,app.kubernetes.io/component=check-probe"
+
+
+def _probe_pods(live: Live) -> list[dict[str, Any]]:
+    pods: list[dict[str, Any]] = json.loads(
+        live.kubectl("-n", "kube-system", "get", "pods", "-l", PROBE_SELECTOR, "-o", "json")
+    )["items"]
+    return pods
+
+
+def _check_process(live: Live, *args: str) -> subprocess.Popen[str]:
+    command = ["check", str(live.settings), "--kubeconfig", str(live.role_kubeconfig), *args]
+    return subprocess.Popen([sys.executable, "-m", "proxy_component.cli", *command], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=ROOT)  # fmt: skip
+
+
+def test_probe_pins_a_pod_per_node_under_exactly_the_rendered_role_and_removes_them(live: Live) -> None:
+    ds = json.loads(live.kubectl("-n", "kube-system", "get", "daemonset", "http-proxy", "-o", "json"))
+    proxies = json.loads(live.kubectl("-n", "kube-system", "get", "pods", "-l", "app=http-proxy", "-o", "json"))
+    proxy_nodes = sorted(p["spec"]["nodeName"] for p in proxies["items"])
+    assert len(proxy_nodes) == 3
+    with granted(live, live.settings, probe=True):
+        assert live.can_i("create", "pods", "-n", "kube-system")
+        assert live.can_i("delete", "pods", "-n", "kube-system")
+        assert live.can_i("get", "pods", "--subresource=log", "-n", "kube-system")
+        assert not live.can_i("create", "pods", "-n", "default")
+        assert not live.can_i("create", "pods", "--subresource=exec", "-n", "kube-system")
+        assert not live.can_i("create", "pods", "--subresource=portforward", "-n", "kube-system")
+        assert not live.can_i("get", "pods", "-n", "kube-system")
+        urls = ["https://registry.example/v2/", "http://mirror.example/"]
+        proc = _check_process(live, "--json", "--probe", *urls, "--probe-timeout", "2", "--probe-deadline", "15")
+        seen: dict[str, dict[str, Any]] = {}
+        try:
+            deadline = time.monotonic() + 30
+            while proc.poll() is None and time.monotonic() < deadline:
+                for pod in _probe_pods(live):
+                    seen[pod["metadata"]["name"]] = pod
+                time.sleep(0.3)
+            stdout, stderr = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 1, stdout + stderr
+        assert _probe_pods(live) == [], "every probe pod is deleted"
+    assert sorted(p["spec"]["nodeName"] for p in seen.values()) == proxy_nodes
+    for pod in seen.values():
+        spec = pod["spec"]
+        (container,) = spec["containers"]
+        assert container["image"] == ds["spec"]["template"]["spec"]["containers"][0]["image"]
+        assert container["command"][:2] == ["/bin/sh", "-c"]
+        assert spec["activeDeadlineSeconds"] == 15
+        assert spec["tolerations"] == [{"operator": "Exists"}]
+        assert spec["restartPolicy"] == "Never"
+        assert spec["automountServiceAccountToken"] is False
+        assert container["securityContext"] == {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "privileged": False,
+            "capabilities": {"drop": ["ALL"]},
+        }
+        assert pod["metadata"]["namespace"] == "kube-system"
+    rows = [r for r in json.loads(stdout) if r["kind"] == "probe"]
+    assert [(r["node"], r["url"], r["outcome"]) for r in rows] == [
+        (node, url, "timeout") for node in proxy_nodes for url in urls
+    ]
+    assert all(r["severity"] == "error" and "gave no complete result within 15 s" in r["detail"] for r in rows)
+    assert stderr.endswith(f"clean, 0 of 6 probe(s) ok ({stderr.rsplit('(', 1)[1]}")
+
+
+def test_an_interrupted_probe_leaves_no_pod(live: Live) -> None:
+    with granted(live, live.settings, probe=True):
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            proc = _check_process(live, "--probe", "https://registry.example/", "--probe-deadline", "60")
+            try:
+                _wait(lambda: len(_probe_pods(live)) == 3, "three probe pods")
+                proc.send_signal(signum)
+                _, stderr = proc.communicate(timeout=30)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+            assert proc.returncode == 130, stderr
+            assert "interrupted (probe pods deleted)" in stderr
+            assert _probe_pods(live) == [], signum
+
+
+def test_probe_without_the_probe_role_is_403_exit_2_and_leaves_nothing(live: Live) -> None:
+    result = live.check("--probe", "https://registry.example/", "--probe-deadline", "20")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert 'cannot create resource "pods" in API group "" in the namespace "kube-system"' in result.stderr
+    assert "--format check-rbac" in result.stderr
+    assert _probe_pods(live) == []
