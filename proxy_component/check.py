@@ -7,6 +7,9 @@ from nodes that run DaemonSets, an image of it whose tag can move, its namespace
 stricter than it needs, a `proxy-config` missing or edited, a workload (with Kyverno injection, a Pod)
 without the proxy env or with a stale NO_PROXY.
 
+With `--probe URL...` it also runs a short-lived pod per node through that node's proxy to each URL (probe.py
+says what that verifies and how) and deletes it, whatever happens.
+
 Every request it makes is one of `accesses(settings)`: lists of nodes and ServiceCIDRs, and per namespace a
 `get` by name or a list, so that `rbac_objects` can render the least role it runs under (RBAC `resourceNames`
 limit every `get`: it never lists Secrets).
@@ -375,7 +378,8 @@ def _explain(exc: Exception, cluster: Cluster) -> CheckError | None:
     if status == 403:
         return CheckError(
             f"{cluster.server}: 403 Forbidden: {_status_message(exc)}: check needs the roles that "
-            "`proxy-component render CONFIG --format check-rbac` writes, bound to this identity"
+            "`proxy-component render CONFIG --format check-rbac` writes (with --probe for check --probe), bound to "
+            "this identity"
         )
     if status is not None:
         return CheckError(f"{cluster.server}: the API server answered {status} {getattr(exc, 'reason', '')}")

@@ -581,8 +581,8 @@ def test_a_token_without_rights_is_403_exit_2_naming_what(live: Live, tmp_path: 
     assert result.stderr == (
         f"proxy-component check: {live.server}: 403 Forbidden: nodes is forbidden: User "
         '"system:serviceaccount:default:viewer-without-rights" cannot list resource "nodes" in API group "" at the '
-        "cluster scope: check needs the roles that `proxy-component render CONFIG --format check-rbac` writes, bound "
-        "to this identity\n"
+        "cluster scope: check needs the roles that `proxy-component render CONFIG --format check-rbac` writes (with "
+        "--probe for check --probe), bound to this identity\n"
     )
 
 
