@@ -259,8 +259,8 @@ def test_systemd_accepts_the_ca_unit_ordered_before_containerd_and_kubelet(tmp_p
     analyze = shutil.which("systemd-analyze")
     if analyze is None:
         pytest.fail("systemd-analyze is needed: apt-get install systemd")
-    for unit in ("containerd", "kubelet"):
-        (tmp_path / f"{unit}.service").write_text(
+    for name in ("containerd", "kubelet"):
+        (tmp_path / f"{name}.service").write_text(
             "[Unit]\nDefaultDependencies=no\n[Service]\nType=oneshot\nExecStart=/usr/bin/true\n"
         )
     text = systemd_proxy_secret(_with_ca(make_ca().cert_pem), "DROPIN")["stringData"]["caUnit"]
