@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -201,9 +202,13 @@ def start_proxy(tmp_path: Path) -> Iterator[Callable[[Settings], Proxy]]:
         deployment = settings.deployment.model_copy(update={"config_dir": str(config_dir)})
         settings = settings.model_copy(update={"deployment": deployment})
         (config_dir / "filter").write_text(tinyproxy_filter(settings))
-        port = _free_port()
+        rendered = tinyproxy_conf(settings, settings.allowed_sources())
+        port = settings.deployment.port
+        if port == 8888:  # the default: another free one; a test that chose the port keeps the config as rendered
+            port = _free_port()
+            rendered = with_port(rendered, port)
         conf = config_dir / "tinyproxy.conf"
-        conf.write_text(with_port(tinyproxy_conf(settings, settings.allowed_sources()), port))
+        conf.write_text(rendered)
         log = config_dir / "tinyproxy.log"
         script = f"mount --bind {resolv} /etc/resolv.conf && exec tinyproxy -d -c {conf}"
         with log.open("wb") as out:
@@ -260,13 +265,13 @@ CONFIGURED = make_ca("Corp Inspecting CA")
 OTHER = make_ca("Somebody Else's CA")
 
 
-def _settings(ports: list[int], upstream: str | None = None) -> Settings:
+def _settings(ports: list[int], upstream: str | None = None, **deployment: Any) -> Settings:
     """The example with a Filter for blocked.example, these CONNECT ports and an upstream with the configured CA.
 
     Without `upstream` the upstream is a closed port that no probe reaches: every host of the first test is in
     noUpstream, so tinyproxy connects to it directly.
     """
-    deployment = {"denyDestinations": [r"^169\.254\.", r"^blocked\.example$"], "connectPorts": [443, *ports]}
+    deployment |= {"denyDestinations": [r"^169\.254\.", r"^blocked\.example$"], "connectPorts": [443, *ports]}
     direct = ["127.0.0.1", "blocked.example", "nothing.invalid"] if upstream is None else []
     url = upstream or f"http://127.0.0.1:{_free_port()}"
     proxy = {"upstream": {"url": url, "noUpstream": direct, "trustedCa": CONFIGURED.cert_pem}}
@@ -378,3 +383,88 @@ def test_the_script_is_what_the_pod_runs_but_for_its_scratch_directory() -> None
     assert 'cd "${PROBE_DIR:-/probe}"' in script
     assert 'printf %s "$3" | base64 -d' in script
     assert "\nprobe 0 'CONNECT a.example:443 HTTP/1.1\\r\\nHost: a.example:443\\r\\n\\r\\n' FgMB &\n" in script
+
+
+# --- check.probe_cluster end to end, with a stand-in for the API server and kubelet -----------------------------
+
+
+class _Kubelet:
+    """The core API calls probe_cluster makes, answered here; a created probe pod's command really runs (busybox
+    against the real tinyproxy, as its node's kubelet would run it) and its output is the pod's log."""
+
+    def __init__(self, proxy: Proxy, busybox_path: str, scratch: Path) -> None:
+        self.proxy, self.busybox_path, self.scratch = proxy, busybox_path, scratch
+        self.pods: dict[str, Any] = {
+            "http-proxy-a1b2c": _pod("http-proxy-a1b2c", "node-a", "Running", {"app": "http-proxy"}),
+        }
+        self.logs: dict[str, str] = {}
+        self.created: list[dict[str, Any]] = []
+        self.deleted: list[str] = []
+
+    def list_namespaced_pod(self, namespace: str, label_selector: str = "", **_: Any) -> Any:
+        key, _, value = label_selector.partition("=")
+        items = [p for p in self.pods.values() if p.metadata.labels.get(key) == value]
+        return SimpleNamespace(items=items, metadata=SimpleNamespace(_continue=None))
+
+    def create_namespaced_pod(self, namespace: str, body: dict[str, Any]) -> Any:
+        self.created.append(body)
+        name = body["metadata"]["name"]
+        command = body["spec"]["containers"][0]["command"]
+        scratch = self.scratch / name
+        scratch.mkdir()
+        env = {"PATH": self.busybox_path, "PROXY_HOST": "127.0.0.1", "PROBE_DIR": str(scratch)}
+        done = subprocess.run([f"{self.busybox_path}/sh", *command[1:]], env=env, capture_output=True, text=True,
+                              timeout=WAIT * 4)  # fmt: skip
+        self.logs[name] = done.stdout
+        phase = "Succeeded" if done.returncode == 0 else "Failed"
+        self.pods[name] = _pod(name, body["spec"]["nodeName"], phase, body["metadata"]["labels"])
+        return self.pods[name]
+
+    def read_namespaced_pod_log(self, name: str, namespace: str, container: str, **_: Any) -> str:
+        if name.startswith("http-proxy-"):
+            assert container == "tinyproxy"
+            return self.proxy.log_text()
+        assert container == "probe"
+        return self.logs[name]
+
+    def delete_namespaced_pod(self, name: str, namespace: str, grace_period_seconds: int) -> None:
+        assert grace_period_seconds == 0
+        self.deleted.append(name)
+        del self.pods[name]
+
+
+def _pod(name: str, node: str, phase: str, labels: dict[str, str]) -> Any:
+    return SimpleNamespace(
+        metadata=SimpleNamespace(name=name, labels=labels, deletion_timestamp=None),
+        spec=SimpleNamespace(node_name=node),
+        status=SimpleNamespace(phase=phase),
+    )
+
+
+def test_probe_cluster_end_to_end_through_a_real_tinyproxy(
+    start_proxy: Callable[[Settings], Proxy], busybox_path: str, tmp_path: Path
+) -> None:
+    """probe_cluster's own path: the pod it builds, the script run as its kubelet would run it, the log read back
+    and judged with the proxy pod's log, the TLS answer fed into the client that made the ClientHello, the pod
+    deleted."""
+    from proxy_component.check import Cluster, probe_cluster
+
+    port = _free_port()
+    with serving(_Tls(CONFIGURED, tmp_path)) as good, serving(_Tls(OTHER, tmp_path)) as bad:
+        settings = _settings([good.port, bad.port], port=port)
+        assert settings.deployment.port == port
+        proxy = start_proxy(settings)
+        assert proxy.port == port
+        kubelet = _Kubelet(proxy, busybox_path, tmp_path)
+        cluster = Cluster({"core": kubelet}, server="https://api.test")
+        urls = [f"https://127.0.0.1:{good.port}/", f"https://127.0.0.1:{bad.port}/", "https://nothing.invalid/"]
+        results = probe_cluster(settings, cluster, urls, wait=WAIT, deadline=WAIT + 10)
+    assert [(r.node, r.url, r.outcome) for r in results] == [
+        ("node-a", urls[0], "ok"),
+        ("node-a", urls[1], "tls-failure"),
+        ("node-a", urls[2], "dns-failure"),
+    ]
+    (pod,) = kubelet.created
+    assert pod["spec"]["nodeName"] == "node-a"
+    assert kubelet.deleted == [pod["metadata"]["name"]]
+    assert list(kubelet.pods) == ["http-proxy-a1b2c"]
