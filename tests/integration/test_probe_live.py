@@ -401,7 +401,7 @@ class _Kubelet:
         self.created: list[dict[str, Any]] = []
         self.deleted: list[str] = []
 
-    def list_namespaced_pod(self, namespace: str, label_selector: str = "", **_: Any) -> Any:
+    def list_namespaced_pod(self, namespace: str, label_selector: str = "", **kwargs: Any) -> Any:
         key, _, value = label_selector.partition("=")
         items = [p for p in self.pods.values() if p.metadata.labels.get(key) == value]
         return SimpleNamespace(items=items, metadata=SimpleNamespace(_continue=None))
