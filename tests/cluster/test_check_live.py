@@ -22,6 +22,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -33,6 +34,7 @@ from proxy_component.check import CHECK_NAME, SERVICES, Access, accesses, check_
 from proxy_component.render import plain_values
 from proxy_component.render.env import pod_env
 from proxy_component.settings import Settings, load_settings, parse_settings
+from tests.integration import test_probe_live as probe_live
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.cluster
@@ -62,6 +64,23 @@ componentsPatches:
   extraArgs:
   - {{key: manage-all-nodes, value: "false"}}
   - {{key: manage-nodes-with-annotation-selector, value: kwok.x-k8s.io/node=fake}}
+"""
+# What kwok answers to `kubectl logs` in kube-system (CRI log format), for the probe's end-to-end test: the probe
+# pods' container and the proxy pods' (the API server reaches kwok at the nodes' Hostname, localhost).
+KWOK_LOGS = """\
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: ClusterLogs
+metadata:
+  name: kube-system-logs
+spec:
+  selector:
+    matchNamespaces: [kube-system]
+  logs:
+  - containers: [probe]
+    logsFile: {probe}
+  - containers: [tinyproxy]
+    logsFile: {tinyproxy}
 """
 RBAC_LABELS = "app.kubernetes.io/part-of=proxy-component,app.kubernetes.io/component=check"
 SERVICE_ACCOUNT = f"system:serviceaccount:kube-system:{CHECK_NAME}"
@@ -194,7 +213,7 @@ def granted(
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     workdir = tmp_path_factory.mktemp("cluster")
     extra = workdir / "kwokctl-extra.yaml"
-    extra.write_text(KWOKCTL)
+    extra.write_text(KWOKCTL + KWOK_LOGS.format(probe=workdir / "probe.log", tinyproxy=workdir / "tinyproxy.log"))
     env = {
         **os.environ,
         "PROXY_COMPONENT_CLUSTER": f"pc-check-{os.getpid()}",
@@ -642,6 +661,9 @@ def test_a_namespace_that_enforces_a_stricter_pod_security_level(live: Live) -> 
 # script's transcripts and their judging are shown with a real tinyproxy (tests/integration/test_probe_live.py).
 
 PROBE_SELECTOR = "app.kubernetes.io/part-of=proxy-component,app.kubernetes.io/component=check-probe"
+# The real tinyproxy and busybox of the integration test, as fixtures here too.
+start_proxy = probe_live.start_proxy
+busybox_path = probe_live.busybox_path
 
 
 def _probe_pods(live: Live) -> list[dict[str, Any]]:
@@ -733,3 +755,56 @@ def test_probe_without_the_probe_role_is_403_exit_2_and_leaves_nothing(live: Liv
     assert 'cannot create resource "pods" in API group "" in the namespace "kube-system"' in result.stderr
     assert "--format check-rbac" in result.stderr
     assert _probe_pods(live) == []
+
+
+def _cri_log(text: str) -> str:
+    """Container output as the kubelet stores it (CRI log format, stamped now: check asks for recent lines only),
+    which kwok serves as a pod's log."""
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f000Z")
+    return "".join(f"{stamp} stdout F {line}\n" for line in text.splitlines())
+
+
+def test_probe_end_to_end_with_a_real_transcript_served_as_the_pods_log(
+    live: Live, start_proxy: Callable[[Settings], Any], busybox_path: str, tmp_path: Path
+) -> None:
+    """kwok runs no container, so the test plays the kubelet: it runs a created probe pod's own script (the node's
+    proxy port rewritten to a real tinyproxy's on loopback) with busybox, hands the output to kwok as the probe
+    container's log and tinyproxy's as the proxy pods', and marks the pods Succeeded. `check` then reads both
+    logs through the API server and judges them: the Filter, a DNS failure told by the proxy pod's log, an http
+    origin. (TLS is left out here: every pod's ClientHello is its own, and kwok serves one log to all of them.)"""
+    with probe_live.serving(probe_live._Http()) as plain:
+        proxy = start_proxy(probe_live._settings([plain.port]))
+        urls = ["https://blocked.example/", "https://nothing.invalid/", f"http://127.0.0.1:{plain.port}/"]
+        with granted(live, live.settings, probe=True):
+            proc = _check_process(live, "--json", "--probe", *urls, "--probe-timeout", "3", "--probe-deadline", "60")
+            try:
+                _wait(lambda: len(_probe_pods(live)) == 3, "three probe pods")
+                pods = _probe_pods(live)
+                script = pods[0]["spec"]["containers"][0]["command"][2]
+                assert script.count('nc "$PROXY_HOST" 8888') == 1
+                scratch = tmp_path / "scratch"
+                scratch.mkdir()
+                env = {"PATH": busybox_path, "PROXY_HOST": "127.0.0.1", "PROBE_DIR": str(scratch)}
+                ran = subprocess.run(
+                    [f"{busybox_path}/sh", "-c", script.replace('"$PROXY_HOST" 8888', f'"$PROXY_HOST" {proxy.port}')],
+                    env=env, capture_output=True, text=True, timeout=30,
+                )  # fmt: skip
+                assert ran.returncode == 0, ran.stderr
+                (live.workdir / "probe.log").write_text(_cri_log(ran.stdout))
+                (live.workdir / "tinyproxy.log").write_text(_cri_log(proxy.log_text()))
+                for pod in pods:
+                    live.kubectl("-n", "kube-system", "patch", "pod", pod["metadata"]["name"], "--subresource=status",
+                                 "--type=merge", "-p", '{"status": {"phase": "Succeeded"}}')  # fmt: skip
+                stdout, stderr = proc.communicate(timeout=60)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+            assert proc.returncode == 1, stdout + stderr
+            assert _probe_pods(live) == []
+    rows = [r for r in json.loads(stdout) if r["kind"] == "probe"]
+    nodes = sorted({p["spec"]["nodeName"] for p in pods})
+    assert [(r["node"], r["url"], r["outcome"]) for r in rows] == [
+        (node, url, outcome) for node in nodes
+        for url, outcome in zip(urls, ["filtered", "dns-failure", "ok"], strict=True)
+    ]  # fmt: skip
+    assert rows[2]["detail"] == "the origin answered HTTP/1.1 204 No Content"
