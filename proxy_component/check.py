@@ -52,7 +52,7 @@ from .render.env import (
     proxy_config_object,
     reads_proxy_config,
 )
-from .render.proxy import APP_LABEL, CONTROL_PLANE_LABEL
+from .render.proxy import APP_LABEL, CONTROL_PLANE_LABEL, NO_DAEMONSET_LABELS
 from .render.runtimes import python_no_proxy
 from .settings import RUNTIMES, Settings, image_is_mutable, redact_url
 
@@ -470,9 +470,8 @@ def _service_range(cluster: Cluster, no_proxy: list[Net]) -> Iterator[Finding]:
             )  # fmt: skip
 
 
-# Nodes where DaemonSet pods never run: virtual-kubelet's (AKS virtual nodes, ACI, Alibaba ECI, ...) and EKS
-# Fargate's, each a label, and virtual-kubelet's taint.
-NO_DAEMONSET_LABELS = {"type": "virtual-kubelet", "eks.amazonaws.com/compute-type": "fargate"}
+# Nodes where DaemonSet pods never run: the labels the DaemonSet's node affinity excludes (render.proxy), and
+# virtual-kubelet's taint.
 NO_DAEMONSET_TAINT = "virtual-kubelet.io/provider"
 
 
