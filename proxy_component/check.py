@@ -54,6 +54,7 @@ from .render.env import (
 )
 from .render.proxy import APP_LABEL, CONTROL_PLANE_LABEL, NO_DAEMONSET_LABELS
 from .render.runtimes import python_no_proxy
+from .render.trust import BUNDLE_NAME, trust_bundle_object, trust_namespaces
 from .settings import RUNTIMES, Settings, image_is_mutable, redact_url
 
 __all__ = [
@@ -178,6 +179,7 @@ def accesses(settings: Settings, probe: bool = False) -> list[Access]:
             Access(PODS, d.namespace),
         ]
     out += [Access(_config_api(settings), ns, CONFIG_NAME) for ns in settings.proxy_config_namespaces]
+    out += [Access(CONFIG_MAPS, ns, BUNDLE_NAME) for ns in trust_namespaces(settings)]
     out += [Access(api, ns) for ns in workload_namespaces(settings) for _, api in _workload_apis(settings)]
     if probe and d.enabled:
         out += [Access(api, d.namespace) for api in (PROBE_CREATE, PODS, POD_LOGS, PROBE_DELETE)]
@@ -347,6 +349,7 @@ def check_cluster(settings: Settings, cluster: Cluster) -> list[Finding]:
             *_service_range(cluster, no_proxy),
             *_proxy(settings, cluster, nodes),
             *_proxy_configs(settings, cluster),
+            *_trust_bundles(settings, cluster),
             *_workloads(settings, cluster),
         ]
     except Exception as exc:
@@ -582,6 +585,30 @@ def _proxy_configs(settings: Settings, cluster: Cluster) -> Iterator[Finding]:
             yield Finding(
                 "proxy-config-differs", name, "warning",
                 f"differs from the settings in {', '.join(differing)}: edited by hand, or the stack is not applied",
+            )  # fmt: skip
+
+
+def _trust_bundles(settings: Settings, cluster: Cluster) -> Iterator[Finding]:
+    """Each namespace's `proxy-trust` (proxy.upstream.trustedCa), read by name: the Pods given the trust group
+    mount it, and a Pod whose ConfigMap volume is missing does not start."""
+    for ns in trust_namespaces(settings):
+        wanted = trust_bundle_object(settings, ns)
+        name = f"ConfigMap {ns}/{BUNDLE_NAME}"
+        live = cluster.get(Access(CONFIG_MAPS, ns, BUNDLE_NAME))
+        if live is None:
+            yield Finding(
+                "proxy-trust-missing", name, "error",
+                "missing: Pods given the trust group mount it and do not start without it",
+            )  # fmt: skip
+            continue
+        data = {**(live.data or {}), **(live.binary_data or {})}
+        expected = {**wanted.get("data", {}), **wanted.get("binaryData", {})}
+        differing = sorted(k for k in set(expected) | set(data) if expected.get(k) != data.get(k))
+        if differing:
+            yield Finding(
+                "proxy-trust-differs", name, "warning",
+                f"differs from the settings in {', '.join(differing)}: the CA changed and the stack is not applied, "
+                "or it was edited by hand (or certifi's roots differ from the version that rendered it)",
             )  # fmt: skip
 
 

@@ -35,6 +35,7 @@ from proxy_component.render import plain_values
 from proxy_component.render.env import pod_env
 from proxy_component.settings import Settings, load_settings, parse_settings
 from tests.integration import test_probe_live as probe_live
+from tests.pki import make_ca
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.cluster
@@ -439,6 +440,47 @@ def test_an_edited_proxy_config(live: Live) -> None:
         assert "NO_PROXY" in finding["message"]
     finally:
         live.apply_rendered()
+
+
+def _trust_settings(live: Live, name: str, pem: str) -> Path:
+    upstream = {"url": "http://proxy.corp.example:3128", "trustedCa": pem}
+    return live.write(name, SETTINGS + yaml.safe_dump({"proxy": {"upstream": upstream}}))
+
+
+def test_a_missing_or_stale_trust_bundle(live: Live) -> None:
+    """proxy-trust (proxy.upstream.trustedCa) in each listed namespace, read by name under the rendered role."""
+    trust = _trust_settings(live, "trust.yaml", make_ca("Corp CA").cert_pem)
+    rotated = _trust_settings(live, "rotated.yaml", make_ca("Corp CA 2027").cert_pem)
+
+    def apply(settings: Path) -> None:  # server-side: the bundle is larger than client-side apply's annotation
+        live.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=live.render(settings))
+
+    try:
+        with granted(live, trust):
+            apply(trust)
+            live.rollout()
+            assert live.findings(trust) == []
+            live.kubectl("-n", "team-a", "delete", "configmap", "proxy-trust")
+            assert live.findings(trust) == [
+                {
+                    "kind": "proxy-trust-missing",
+                    "object": "ConfigMap team-a/proxy-trust",
+                    "severity": "error",
+                    "message": "missing: Pods given the trust group mount it and do not start without it",
+                }
+            ]
+            apply(trust)
+            stale = live.findings(rotated)  # the settings name a new CA; the cluster still has the old one
+            assert [(f["kind"], f["object"]) for f in stale] == [
+                ("proxy-trust-differs", "ConfigMap default/proxy-trust"),
+                ("proxy-trust-differs", "ConfigMap team-a/proxy-trust"),
+            ]
+            assert "ca-bundle.crt, corporate-ca.crt, truststore.p12" in stale[0]["message"]
+    finally:
+        live.kubectl("delete", "configmap", "proxy-trust", "-n", "default", "--ignore-not-found")
+        live.kubectl("delete", "configmap", "proxy-trust", "-n", "team-a", "--ignore-not-found")
+        live.apply_rendered()
+    assert live.findings() == []
 
 
 def _deployment(
