@@ -19,6 +19,7 @@ from .render import capi_manifests, capi_patches, manifests, plain_values
 from .render.helm import PROFILES, profile_values, values_yaml
 from .render.kustomize import kustomization
 from .render.kyverno import cluster_policy
+from .render.trust import unreached
 from .settings import Runtime, Settings, SettingsError, load_settings, parse_runtimes, parse_settings, redact_url
 
 FORMATS = ("manifests", "helm-values", "capi", "capi-patches", "kustomize-patch", "kyverno", "check-rbac")
@@ -229,6 +230,9 @@ def _explain(args: argparse.Namespace) -> int:
     for number, note in enumerate(notes, len(lines) + 1):
         clients = ", ".join(cell.client for cell in trust if cell.warning == note)
         print(f"[{number}] {note} [{clients}; TLS trust]")
+    lost = unreached(settings)
+    if lost:
+        print(f"[{len(lines) + len(notes) + 1}] {lost}")
     return 0
 
 

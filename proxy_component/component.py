@@ -25,6 +25,7 @@ from .render.helm import merge_values as _merge_plain
 from .render.kustomize import kustomization
 from .render.proxy import config_digest, firewall_rules, ip_family_fields, tinyproxy_conf
 from .render.runtimes import java_skip_reason
+from .render.trust import unreached
 from .settings import (
     NetworkValues,
     Runtime,
@@ -244,6 +245,9 @@ class ClusterProxy(pulumi.ComponentResource):
         skipped = java_skip_reason(settings.http_proxy, settings.https_proxy)
         if skipped:
             pulumi.log.warn(f"JDK_JAVA_OPTIONS: not rendered, so JVMs get no proxy: {skipped}", resource=self)
+        lost = unreached(settings)
+        if lost:
+            pulumi.log.warn(lost, resource=self)
         return str(composed)
 
     @staticmethod

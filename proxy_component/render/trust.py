@@ -61,6 +61,7 @@ __all__ = [
     "trust_namespaces",
     "trust_volume",
     "trust_volume_mount",
+    "unreached",
     "volume_free",
 ]
 
@@ -199,6 +200,17 @@ def trust_namespaces(settings: Settings) -> list[str]:
         return []
     extra = {settings.deployment.namespace} if settings.injection.kyverno else set()
     return sorted(set(settings.namespaces) | extra)
+
+
+def unreached(settings: Settings) -> str | None:
+    """Why a trustedCa reaches no Pod, when it does not: no namespace gets proxy-trust. None otherwise."""
+    if settings.trusted_ca is None or trust_namespaces(settings):
+        return None
+    nodes = "; only the Cluster API nodes install it" if settings.capi.enabled else ""
+    return (
+        "proxy.upstream.trustedCa: no namespace gets proxy-trust (namespaces is empty and injection.kyverno is off), "
+        f"so no Pod gets the CA{nodes} (list the workloads' namespaces in namespaces, or turn on injection.kyverno)"
+    )
 
 
 def bundle_in(settings: Settings, namespace: str) -> bool:

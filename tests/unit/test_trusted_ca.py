@@ -115,3 +115,14 @@ def test_a_bad_bundle_renders_nothing(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "proxy.upstream.trustedCa: block 1 of 1" in captured.err
     assert captured.out == ""
     assert not out.exists()
+
+
+def test_explain_says_when_the_ca_reaches_no_pod(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "settings.yaml"
+    lonely = {**_settings(make_ca().cert_pem), "namespaces": []}
+    config.write_text(yaml.safe_dump(lonely))
+    assert main(["explain", str(config)]) == 0
+    assert "no namespace gets proxy-trust" in capsys.readouterr().out
+    config.write_text(yaml.safe_dump({**lonely, "injection": {"kyverno": True}}))
+    assert main(["explain", str(config)]) == 0
+    assert "no namespace gets proxy-trust" not in capsys.readouterr().out, "Kyverno clones it into every namespace"
