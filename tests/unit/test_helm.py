@@ -55,8 +55,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
     "cloudzero-agent": {"defaults": {"env": ENV}},
     "env": {"env": ENV},
     "external-secrets": {"extraEnv": ENV},
-    "giantswarm-cluster-values": {"cluster": {"proxy": {"http": HTTP, "https": HTTPS, "noProxy": NO}}, **SNAKE},
-    "kapp-controller": {"kappController": {"config": CAMEL}},
+    "giantswarm-cluster-values": {"cluster": {"proxy": {"http": HTTP, "https": HTTPS, "noProxy": NO}}, "env": ENV},
     "kyverno": {
         "admissionController": {"container": {"extraEnvVars": ENV}},
         "backgroundController": {"extraEnvVars": ENV},
@@ -64,8 +63,9 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "reportsController": {"extraEnvVars": ENV},
     },
     "proxy": {"proxy": CAMEL},
-    "vsphere-cpi": {"vsphereCPI": SNAKE},
-    "vsphere-csi": {"vsphereCSI": SNAKE},
+    "tkg-kapp-controller": {"kappController": {"config": CAMEL}},
+    "tkg-vsphere-cpi": {"vsphereCPI": SNAKE},
+    "tkg-vsphere-csi": {"vsphereCSI": SNAKE},
 }
 
 
@@ -83,11 +83,11 @@ HOSTS: dict[str, tuple[str, ...]] = {
     "env": (),
     "external-secrets": (),
     "giantswarm-cluster-values": (),
-    "kapp-controller": (),
     "kyverno": (),
     "proxy": (),
-    "vsphere-cpi": (),
-    "vsphere-csi": (),
+    "tkg-kapp-controller": (),
+    "tkg-vsphere-cpi": (),
+    "tkg-vsphere-csi": (),
 }
 
 CLUSTER_SETTINGS: dict[str, Any] = {
@@ -314,8 +314,8 @@ def test_unknown_profile_names_the_value_and_the_accepted_names() -> None:
         helm_values("nginx", VALUES)
     message = (
         "profile: 'nginx' is not a known Helm values profile (expected one of: argo-cd, cert-manager, "
-        "cloudzero-agent, env, external-secrets, giantswarm-cluster-values, kapp-controller, kyverno, proxy, "
-        "vsphere-cpi, vsphere-csi)"
+        "cloudzero-agent, env, external-secrets, giantswarm-cluster-values, kyverno, proxy, tkg-kapp-controller, "
+        "tkg-vsphere-cpi, tkg-vsphere-csi)"
     )
     assert str(caught.value) == message
     assert caught.value.profile == "nginx"
@@ -412,29 +412,30 @@ def with_lower_case_twins(env: list[dict[str, Any]]) -> list[tuple[str, Any]]:
     return sorted([(e["name"], e["value"]) for e in env] + [(e["name"].lower(), e["value"]) for e in env])
 
 
-def test_giantswarm_cluster_values_match_seed_001() -> None:
+def test_giantswarm_cluster_values_match_seed_001_plus_the_env_list() -> None:
     expected = seed(SEED_001_CLUSTER_VALUES)
     proxy = expected["cluster"]["proxy"]
-    out = helm_values("giantswarm-cluster-values", ProxyValues(proxy["http"], proxy["https"], proxy["noProxy"]))
+    values = ProxyValues(proxy["http"], proxy["https"], proxy["noProxy"])
+    out = helm_values("giantswarm-cluster-values", values)
+    assert list(out) == ["cluster", "env"]
     assert out["cluster"] == expected["cluster"]
-    assert {k: v for k, v in out.items() if k != "cluster"} == {
-        "http_proxy": proxy["http"],
-        "https_proxy": proxy["https"],
-        "no_proxy": proxy["noProxy"],
-    }
+    # What cluster-apps-operator writes for charts with a top-level env (external-dns-app), in both spellings.
+    assert out["env"] == env_vars(values)
+    assert {e["name"]: e["value"] for e in out["env"]}["NO_PROXY"] == proxy["noProxy"]
 
 
-@pytest.mark.parametrize(("name", "text"), [("vsphere-cpi", SEED_002_CPI), ("vsphere-csi", SEED_002_CSI)])
+@pytest.mark.parametrize(("name", "text"), [("tkg-vsphere-cpi", SEED_002_CPI), ("tkg-vsphere-csi", SEED_002_CSI)])
 def test_tkg_vsphere_addon_values_match_seed_002(name: str, text: str) -> None:
     assert helm_values(name, SEED_002) == seed(text)
 
 
 def test_tkg_kapp_controller_values_match_seed_002() -> None:
     expected = seed(SEED_002_KAPP)
-    assert helm_values("kapp-controller", SEED_002)["kappController"]["config"] == expected["kappController"]["config"]
+    out = helm_values("tkg-kapp-controller", SEED_002)
+    assert out["kappController"]["config"] == expected["kappController"]["config"]
     without_config = copy.deepcopy(expected)
     del without_config["kappController"]["config"]
-    assert merge_values(without_config, helm_values("kapp-controller", SEED_002)) == expected
+    assert merge_values(without_config, helm_values("tkg-kapp-controller", SEED_002)) == expected
 
 
 def test_cloudzero_defaults_env_matches_seed_003_with_lower_case_twins() -> None:
@@ -460,11 +461,12 @@ def test_generic_env_and_proxy_match_seed_000() -> None:
 
 def test_user_scalars_win_and_nested_mappings_merge() -> None:
     user = {"http_proxy": "http://theirs:3128", "cluster": {"proxy": {"noProxy": "theirs"}, "name": "c1"}, "a": 1}
-    proxy = helm_values("giantswarm-cluster-values", VALUES)
+    proxy = merge_values(helm_values("giantswarm-cluster-values", VALUES), helm_values("cert-manager", VALUES))
     assert merge_values(user, proxy) == {
         "http_proxy": "http://theirs:3128",
         "cluster": {"proxy": {"noProxy": "theirs", "http": HTTP, "https": HTTPS}, "name": "c1"},
         "a": 1,
+        "env": ENV,
         "https_proxy": HTTPS,
         "no_proxy": NO,
     }
@@ -533,7 +535,10 @@ def test_merge_keeps_opaque_leaves_by_identity() -> None:
         "cluster": {"proxy": {"https": theirs_http}},
     }
     proxy = merge_values(
-        helm_values("giantswarm-cluster-values", ProxyValues(http, https, no)),
+        merge_values(
+            helm_values("giantswarm-cluster-values", ProxyValues(http, https, no)),
+            helm_values("cert-manager", ProxyValues(http, https, no)),
+        ),
         helm_values("external-secrets", ProxyValues(http, https, no)),
     )
     merged = merge_values(user, proxy)
