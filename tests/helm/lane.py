@@ -221,7 +221,9 @@ def pod_specs(obj: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
 def containers(objects: tuple[dict[str, Any], ...]) -> list[Container]:
     """Every container and initContainer of every workload (hooks, Jobs, CronJobs and test Pods included), with
     the proxy variables it gets from `env` (literals, or ConfigMap/Secret keys the chart renders) and `envFrom`."""
-    sources = {(o["kind"], o["metadata"]["name"]): _data(o) for o in objects if o.get("kind") in ("ConfigMap", "Secret")}
+    sources = {
+        (o["kind"], o["metadata"]["name"]): _data(o) for o in objects if o.get("kind") in ("ConfigMap", "Secret")
+    }
     found: list[Container] = []
     for obj in objects:
         for spec in pod_specs(obj):

@@ -1,6 +1,6 @@
 """Print the Helm lane's table, or with --write put it into docs/helm-profiles.md between its markers.
 
-    .venv/bin/python -m tests.helm.table [--write]
+.venv/bin/python -m tests.helm.table [--write]
 """
 
 from __future__ import annotations

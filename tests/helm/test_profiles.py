@@ -63,7 +63,8 @@ def test_argo_cd_under_another_release_needs_the_names_of_that_release(lane: Lan
 
 @pytest.mark.parametrize(
     # 50 characters: <release>-argocd-repo-server cut at 63 ends in "-", which the chart trims; 53: Helm's longest.
-    "release", ["argocd", "my-release", "argo-cd", "prod-argocd", "redis-ha-argocd", "a" * 50, "r" * 53]
+    "release",
+    ["argocd", "my-release", "argo-cd", "prod-argocd", "redis-ha-argocd", "a" * 50, "r" * 53],
 )
 def test_argo_cd_names_are_the_charts_for_any_release(lane: Lane, release: str) -> None:
     """The names the chart writes into argocd-cmd-params-cm, with Redis and with Redis HA and the commit server."""
@@ -86,7 +87,10 @@ def test_cloudzero_names_are_covered_whatever_the_cluster_domain(lane: Lane) -> 
         case = Case("cloudzero-agent", name, "cloudzero-agent", "cloudzero-agent")
         rendered = lane.render(case.chart, case.release, values_of(case))
         fixed = {n for n in wired_names(rendered.objects) if n.endswith(".svc.cluster.local")}
-        assert {"cloudzero-agent-cz-aggregator.tools.svc.cluster.local", "kubernetes.default.svc.cluster.local"} <= fixed
+        assert {
+            "cloudzero-agent-cz-aggregator.tools.svc.cluster.local",
+            "kubernetes.default.svc.cluster.local",
+        } <= fixed
         cluster_wide = str(settings.no_proxy())
         profile = str(profile_no_proxy(settings, "cloudzero-agent"))
         assert all(covered(n, profile) for n in fixed)

@@ -11,19 +11,21 @@ import pytest
 import yaml
 
 from proxy_component.noproxy import Category, Kind, parse_entry
-from proxy_component.render import plain_values
+from proxy_component.render import manifests, plain_values
 from proxy_component.render.env import ProxyValues, env_vars
 from proxy_component.render.helm import (
     PROFILES,
+    RENAMED,
     Profile,
     UnknownProfileError,
+    check_values_secrets,
     helm_values,
     merge_values,
     profile_no_proxy,
     profile_values,
     values_yaml,
 )
-from proxy_component.settings import NetworkValues, parse_settings
+from proxy_component.settings import NetworkValues, SettingsError, parse_settings
 
 HTTP = "http://http-proxy.kube-system.svc:8888"
 HTTPS = "http://https-proxy.corp.example:8443"
@@ -324,12 +326,14 @@ def test_unknown_profile_names_the_value_and_the_accepted_names() -> None:
 
 def test_the_docs_table_lists_every_profile_and_key() -> None:
     doc = (Path(__file__).resolve().parents[2] / "docs" / "helm-profiles.md").read_text()
-    rows = {line.split("|")[1].strip(): line for line in doc.splitlines() if line.startswith("| `")}
-    assert set(rows) == {f"`{name}`" for name in PROFILES}
+    section = doc.split("\n## Profiles\n", 1)[1].split("\n## ", 1)[0]
+    rows = {line.split("|")[1].strip(): line for line in section.splitlines() if line.startswith("| `")}
+    assert list(rows) == [f"`{name}`" for name in PROFILES]
     for name, profile in PROFILES.items():
         cells = rows[f"`{name}`"].split("|")
         assert cells[3].strip() == "<br>".join(f"`{key}`" for key in profile.keys), name
-        assert cells[-2].strip() == ("<br>".join(f"`{host}`" for host in profile.hosts) or "none"), name
+        hosts = "<br>".join(f"`{host}`" for host in profile.hosts) or "none"
+        assert cells[-2].strip().endswith(hosts) or cells[-2].strip().startswith(f"{hosts} ("), name
 
 
 # --- fidelity to the seed documents ----------------------------------------------------------------
@@ -552,3 +556,122 @@ def test_merge_keeps_opaque_leaves_by_identity() -> None:
     values = {entry["name"]: entry["value"] for entry in merged["extraEnv"][1:]}
     assert list(values) == [entry["name"] for entry in ENV]
     assert all(values[name] is {"HTTP": http, "HTTPS": https, "NO": no}[name.split("_")[0].upper()] for name in values)
+
+
+# --- release names, the cluster domain, renamed profiles, left-out containers ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("release", "names"),
+    [
+        ("argocd", HOSTS["argo-cd"]),
+        ("my-release", ("my-release-argocd-commit-server", "my-release-argocd-dex-server", "my-release-argocd-redis",
+                        "my-release-argocd-repo-server", "my-release-redis-ha-haproxy")),
+        # Does not contain "argocd" (nameOverride), so the chart appends it.
+        ("argo-cd", ("argo-cd-argocd-commit-server", "argo-cd-argocd-dex-server", "argo-cd-argocd-redis",
+                     "argo-cd-argocd-repo-server", "argo-cd-redis-ha-haproxy")),
+        ("team-argocd-prod", ("team-argocd-prod-commit-server", "team-argocd-prod-dex-server", "team-argocd-prod-redis",
+                              "team-argocd-prod-redis-ha-haproxy", "team-argocd-prod-repo-server")),
+        ("redis-ha-argocd", ("redis-ha-argocd-commit-server", "redis-ha-argocd-dex-server", "redis-ha-argocd-haproxy",
+                             "redis-ha-argocd-redis", "redis-ha-argocd-repo-server")),
+    ],
+)  # fmt: skip
+def test_argo_cds_names_follow_the_release_name(release: str, names: tuple[str, ...]) -> None:
+    assert PROFILES["argo-cd"].names(release) == names
+    tokens = str(profile_no_proxy(parse_settings(CLUSTER_SETTINGS), "argo-cd", release=release)).split(",")
+    assert tokens == [*CLUSTER_NO_PROXY.split(","), *names]
+
+
+def test_argo_cds_names_are_cut_at_63_characters_like_the_charts() -> None:
+    names = PROFILES["argo-cd"].names("a" * 50)
+    assert all(len(name) <= 63 and not name.endswith("-") for name in names)
+    # <release>-argocd-repo-server is 69 characters: cut at 63 it ends in "-", which the chart trims.
+    assert "a" * 50 + "-argocd-repo" in names
+
+
+def test_a_release_name_is_checked() -> None:
+    settings = parse_settings({})
+    with pytest.raises(ValueError, match=r"'Argo' is not a DNS-1123 label"):
+        profile_no_proxy(settings, "argo-cd", release="Argo")
+    with pytest.raises(ValueError, match=r"has 54 characters, and Helm refuses release names longer than 53"):
+        profile_values(settings, "argo-cd", release="a" * 54)
+
+
+def test_the_release_changes_nothing_for_profiles_whose_names_do_not_derive_from_it() -> None:
+    settings = parse_settings(CLUSTER_SETTINGS)
+    for name in PROFILES:
+        if name != "argo-cd":
+            assert str(profile_no_proxy(settings, name, release="my-release")) == str(profile_no_proxy(settings, name))
+
+
+@pytest.mark.parametrize(
+    ("domain", "added"),
+    [
+        ("cluster.local", []),
+        ("k8s.internal", ["svc.cluster.local", ".svc.cluster.local"]),
+        ("corp.cluster.local", ["svc.cluster.local", ".svc.cluster.local"]),
+        ("local", []),
+    ],
+)
+def test_cloudzero_adds_svc_cluster_local_unless_the_cluster_domain_covers_it(domain: str, added: list[str]) -> None:
+    settings = parse_settings({**CLUSTER_SETTINGS, "cluster": {**CLUSTER_SETTINGS["cluster"], "dnsDomain": domain}})
+    cluster = str(settings.no_proxy()).split(",")
+    assert str(profile_no_proxy(settings, "cloudzero-agent")).split(",") == cluster + added
+    for name in ("cloudzero-cz-aggregator.tools.svc.cluster.local", "kubernetes.default.svc.cluster.local"):
+        tokens = str(profile_no_proxy(settings, "cloudzero-agent")).split(",")
+        assert any(name == t.lstrip(".") or name.endswith("." + t.lstrip(".")) for t in tokens), (domain, name)
+
+
+@pytest.mark.parametrize(("old", "new"), [("kapp-controller", "tkg-kapp-controller"), ("vsphere-cpi", "tkg-vsphere-cpi"),
+                                          ("vsphere-csi", "tkg-vsphere-csi")])  # fmt: skip
+def test_renamed_profiles_are_refused_naming_the_new_name(old: str, new: str) -> None:
+    assert RENAMED[old] == new
+    assert old not in PROFILES
+    message = (
+        f"{old!r} was renamed {new!r} in 0.2.0: its values are TKG addon data values (read by ytt when TKG installs "
+        f"the addon), and a Helm chart named {old} accepts them and does nothing"
+    )
+    with pytest.raises(UnknownProfileError) as caught:
+        helm_values(old, VALUES)
+    assert str(caught.value) == f"profile: {message}"
+    with pytest.raises(UnknownProfileError):
+        profile_no_proxy(parse_settings({}), old)
+    with pytest.raises(SettingsError) as refused:
+        check_values_secrets(parse_settings({"helmValuesSecrets": [{"profile": old, "namespace": "apps"}]}))
+    assert f"helmValuesSecrets[0].profile: {message}" in str(refused.value)
+
+
+@pytest.mark.parametrize("profile", PROFILES.values(), ids=lambda p: p.name)
+def test_left_out_entries_name_a_workload_a_container_and_a_reason(profile: Profile) -> None:
+    for entry in profile.left_out:
+        workload, _, container = entry.pattern.partition("/")
+        assert workload, entry
+        assert container, entry
+        assert "/" not in container, entry
+        assert len(entry.reason) > 20, entry
+
+
+def test_a_values_secret_carries_the_names_of_its_release() -> None:
+    settings = parse_settings(
+        {
+            **CLUSTER_SETTINGS,
+            "helmValuesSecrets": [
+                {"profile": "argo-cd", "namespace": "argocd"},
+                {"profile": "argo-cd", "namespace": "cd", "name": "mine", "release": "my-release"},
+            ],
+        }
+    )
+    secrets = {
+        o["metadata"]["namespace"]: yaml.safe_load(o["stringData"]["values.yaml"])
+        for o in manifests(settings)
+        if o["kind"] == "Secret" and "values.yaml" in o.get("stringData", {})
+    }
+    no_proxy = {ns: {e["name"]: e["value"] for e in v["server"]["env"]}["NO_PROXY"] for ns, v in secrets.items()}
+    assert no_proxy["argocd"] == str(profile_no_proxy(settings, "argo-cd"))
+    assert no_proxy["cd"] == str(profile_no_proxy(settings, "argo-cd", release="my-release"))
+    assert no_proxy["cd"].endswith(",my-release-argocd-repo-server,my-release-redis-ha-haproxy")
+
+
+def test_a_release_name_in_the_settings_is_checked() -> None:
+    with pytest.raises(SettingsError, match=r"helmValuesSecrets\[0\]\.release: 'My' is not a DNS-1123 label"):
+        parse_settings({"helmValuesSecrets": [{"profile": "argo-cd", "namespace": "cd", "release": "My"}]})
