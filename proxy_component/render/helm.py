@@ -157,15 +157,13 @@ def _profile(
     description: str,
     spec: tuple[tuple[str, _Leaf], ...],
     *,
-    hosts: tuple[str, ...] = (),
     release: str | None = None,
     derive: Callable[[str, str], tuple[str, ...]] | None = None,
     left_out: tuple[LeftOut, ...],
 ) -> Profile:
     """A profile whose `keys` and builder come from one spec, so they cannot drift apart; `left_out` must be
-    declared, and `hosts` are derived (for the docs' release and cluster.local) when `derive` is given."""
-    if derive is not None:
-        hosts = derive(release or name, "cluster.local")
+    declared. Its `hosts` are what `derive` gives for the docs' release and cluster.local (none without it)."""
+    hosts = derive(release or name, "cluster.local") if derive is not None else ()
     keys = tuple(path for path, _ in spec)
     return Profile(name, chart, keys, source, description, _builder(spec), hosts, release, derive, left_out)
 
