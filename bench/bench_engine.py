@@ -7,6 +7,7 @@ Run from the repository root (scripts/engine builds or reuses the engine; .venv-
     .venv/bin/python bench/bench_engine.py                 # markdown table
     .venv/bin/python bench/bench_engine.py --json          # one JSON document
     .venv/bin/python bench/bench_engine.py --sizes 1 50 --repeat 3
+    .venv/bin/python bench/bench_engine.py --skip-checkpoints   # PULUMI_SKIP_CHECKPOINTS=true for both programs
 
 Both programs render into a directory (renderYamlToDirectory): no cluster, the same files written. Progress goes
 to stderr; the report to stdout. Each figure is the median wall time of --repeat runs, each on a fresh stack.
@@ -108,25 +109,32 @@ def timed(project: Project, *args: str) -> float:
     return time.perf_counter() - start
 
 
-def run_once(kind: str, n: int, engine: Path, venv: Path) -> tuple[float, float]:
-    """One fresh stack of `kind`: (preview seconds, up seconds)."""
+def run_once(kind: str, n: int, engine: Path, venv: Path, skip_checkpoints: bool) -> tuple[float, float, float]:
+    """One fresh stack of `kind`: (preview seconds, up seconds, the stack's checkpoint in MB after up).
+
+    The file backend rewrites the whole checkpoint after every step (unless PULUMI_SKIP_CHECKPOINTS), so `up`
+    costs grow with the number of steps times the state's size."""
     make = component_project if kind == "component" else baseline_project
     with tempfile.TemporaryDirectory(prefix=f"bench-{kind}-{n}-") as tmp:
         project = make(Path(tmp), engine, venv, n)
-        return timed(project, "preview"), timed(project, "up", "--yes", "--skip-preview")
+        if skip_checkpoints:
+            project.env["PULUMI_SKIP_CHECKPOINTS"] = "true"
+        preview, up = timed(project, "preview"), timed(project, "up", "--yes", "--skip-preview")
+        (checkpoint,) = project.state.glob(".pulumi/stacks/*/bench.json")
+        return preview, up, checkpoint.stat().st_size / 1e6
 
 
-def measure(n: int, repeat: int, engine: Path, venv: Path) -> dict[str, dict[str, float]]:
+def measure(n: int, repeat: int, engine: Path, venv: Path, skip_checkpoints: bool) -> dict[str, dict[str, float]]:
     """Both programs, alternating run by run, so that both see the same machine state: medians per program."""
-    times: dict[str, dict[str, list[float]]] = {k: {"preview": [], "up": []} for k in ("component", "baseline")}
+    ops = ("preview", "up", "state_mb")
+    times: dict[str, dict[str, list[float]]] = {k: {op: [] for op in ops} for k in ("component", "baseline")}
     for _ in range(repeat):
         for kind in ("component", "baseline"):
-            preview, up = run_once(kind, n, engine, venv)
-            times[kind]["preview"].append(preview)
-            times[kind]["up"].append(up)
-    medians = {k: {op: statistics.median(v) for op, v in ops.items()} for k, ops in times.items()}
+            for op, value in zip(ops, run_once(kind, n, engine, venv, skip_checkpoints), strict=True):
+                times[kind][op].append(value)
+    medians = {k: {op: statistics.median(v) for op, v in by_op.items()} for k, by_op in times.items()}
     for kind, m in medians.items():
-        log(f"  {kind:9} n={n:<4} preview {m['preview']:6.2f}s  up {m['up']:6.2f}s")
+        log(f"  {kind:9} n={n:<4} preview {m['preview']:6.2f}s  up {m['up']:6.2f}s  state {m['state_mb']:.2f} MB")
     return medians
 
 
@@ -135,12 +143,15 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=list(DEFAULT_SIZES))
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--skip-checkpoints", action="store_true", help="PULUMI_SKIP_CHECKPOINTS=true: no checkpoint after each step"
+    )
     args = parser.parse_args()
     engine = build_engine()
     venv = build_engine_venv()
     rows: list[dict[str, Any]] = []
     for n in args.sizes:
-        medians = measure(n, args.repeat, engine, venv)
+        medians = measure(n, args.repeat, engine, venv, args.skip_checkpoints)
         component, baseline = medians["component"], medians["baseline"]
         rows.append(
             {
@@ -152,18 +163,20 @@ def main() -> None:
             }
         )
     if args.json:
-        print(json.dumps({"repeat": args.repeat, "rows": rows}, indent=2))
+        print(json.dumps({"repeat": args.repeat, "skip_checkpoints": args.skip_checkpoints, "rows": rows}, indent=2))
         return
-    print(f"pulumi preview / up, median of {args.repeat} fresh stacks each (seconds)\n")
+    checkpoints = "no checkpoints (PULUMI_SKIP_CHECKPOINTS)" if args.skip_checkpoints else "file backend checkpoints"
+    print(f"pulumi preview / up, median of {args.repeat} fresh stacks each (seconds), {checkpoints}\n")
     print(
-        "| namespaces | objects | preview component | preview baseline | ratio | up component | up baseline | ratio |"
+        "| namespaces | objects | preview component | preview baseline | ratio | up component | up baseline | ratio "
+        "| state component | state baseline |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         c, b, q = r["component"], r["baseline"], r["ratio"]
         print(
             f"| {r['namespaces']} | {r['objects']} | {c['preview']:.2f} | {b['preview']:.2f} | {q['preview']:.2f}x "
-            f"| {c['up']:.2f} | {b['up']:.2f} | {q['up']:.2f}x |"
+            f"| {c['up']:.2f} | {b['up']:.2f} | {q['up']:.2f}x | {c['state_mb']:.2f} MB | {b['state_mb']:.2f} MB |"
         )
 
 

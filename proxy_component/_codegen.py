@@ -42,8 +42,9 @@ __all__ = [
 
 
 def type_name(model: type[BaseModel]) -> str:
-    """The schema type of a settings model: `ClusterSettings` -> `ClusterSettingsArgs`."""
-    return f"{model.__name__}Args"
+    """The schema type of a settings model: its name (`ClusterSettings`). The SDKs name the input forms themselves:
+    `ClusterSettingsArgs` in TypeScript and Go, next to Go's plain `ClusterSettings`."""
+    return model.__name__
 
 
 def _strip(annotation: typing.Any) -> tuple[typing.Any, bool]:

@@ -7,6 +7,9 @@ from nodes that run DaemonSets, an image of it whose tag can move, its namespace
 stricter than it needs, a `proxy-config` missing or edited, a workload (with Kyverno injection, a Pod)
 without the proxy env or with a stale NO_PROXY.
 
+With `--probe URL...` it also runs a short-lived pod per node through that node's proxy to each URL (probe.py
+says what that verifies and how) and deletes it, whatever happens.
+
 Every request it makes is one of `accesses(settings)`: lists of nodes and ServiceCIDRs, and per namespace a
 `get` by name or a list, so that `rbac_objects` can render the least role it runs under (RBAC `resourceNames`
 limit every `get`: it never lists Secrets).
@@ -19,12 +22,27 @@ import ipaddress
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 from urllib.parse import unquote, urlsplit
 
 from .noproxy import NoProxy
+from .probe import (
+    RUN_LABEL,
+    ProbeResult,
+    TlsClient,
+    classify,
+    nodes_of,
+    parse_targets,
+    parse_transcript,
+    pod_script,
+    probe_pod,
+    run_id,
+    tls_client,
+    wait_until,
+)
 from .render import plain_values
 from .render.env import (
     CONFIG_NAME,
@@ -34,8 +52,9 @@ from .render.env import (
     proxy_config_object,
     reads_proxy_config,
 )
-from .render.proxy import APP_LABEL, CONTROL_PLANE_LABEL
+from .render.proxy import APP_LABEL, CONTROL_PLANE_LABEL, NO_DAEMONSET_LABELS
 from .render.runtimes import python_no_proxy
+from .render.trust import BUNDLE_NAME, trust_bundle_object, trust_namespaces
 from .settings import RUNTIMES, Settings, image_is_mutable, redact_url
 
 __all__ = [
@@ -48,6 +67,7 @@ __all__ = [
     "accesses",
     "check_cluster",
     "connect",
+    "probe_cluster",
     "rbac_objects",
     "runs_daemonsets",
     "scrub",
@@ -94,7 +114,10 @@ class Api(NamedTuple):
 
     @property
     def verb(self) -> str:
-        return "list" if self.method.startswith("list_") else "get"
+        for prefix, verb in (("list_", "list"), ("create_", "create"), ("delete_", "delete")):
+            if self.method.startswith(prefix):
+                return verb
+        return "get"
 
 
 NODES = Api("", "nodes", "core", "list_node")
@@ -105,6 +128,10 @@ DAEMON_SET = Api("apps", "daemonsets", "apps", "read_namespaced_daemon_set")
 PODS = Api("", "pods", "core", "list_namespaced_pod")
 CONFIG_MAPS = Api("", "configmaps", "core", "read_namespaced_config_map")
 SECRETS = Api("", "secrets", "core", "read_namespaced_secret")
+# `check --probe`: its pods in the proxy's namespace (any name: each run's are new), their logs and the proxy's.
+PROBE_CREATE = Api("", "pods", "core", "create_namespaced_pod")
+PROBE_DELETE = Api("", "pods", "core", "delete_namespaced_pod")
+POD_LOGS = Api("", "pods/log", "core", "read_namespaced_pod_log")
 # The kinds the stack transform writes the env into (a Deployment's ReplicaSets and Pods follow its template).
 WORKLOADS: dict[str, Api] = {
     "Deployment": Api("apps", "deployments", "apps", "list_namespaced_deployment"),
@@ -138,10 +165,11 @@ def _config_api(settings: Settings) -> Api:
     return SECRETS if settings.has_credentials else CONFIG_MAPS
 
 
-def accesses(settings: Settings) -> list[Access]:
+def accesses(settings: Settings, probe: bool = False) -> list[Access]:
     """Every request check may make for these settings, in the order it makes them; `rbac_objects` grants exactly
     these. The `kubernetes` Service is read only where ServiceCIDRs cannot be listed (a 404 before Kubernetes 1.33,
-    or a 403)."""
+    or a 403). With `probe`, also what `--probe` needs: create, list, delete pods and get their logs in the proxy's
+    namespace."""
     d = settings.deployment
     out = [Access(NODES), Access(SERVICE_CIDRS), Access(SERVICES, *KUBERNETES_SERVICE)]
     if d.enabled:
@@ -151,7 +179,10 @@ def accesses(settings: Settings) -> list[Access]:
             Access(PODS, d.namespace),
         ]
     out += [Access(_config_api(settings), ns, CONFIG_NAME) for ns in settings.proxy_config_namespaces]
+    out += [Access(CONFIG_MAPS, ns, BUNDLE_NAME) for ns in trust_namespaces(settings)]
     out += [Access(api, ns) for ns in workload_namespaces(settings) for _, api in _workload_apis(settings)]
+    if probe and d.enabled:
+        out += [Access(api, d.namespace) for api in (PROBE_CREATE, PODS, POD_LOGS, PROBE_DELETE)]
     return list(dict.fromkeys(out))
 
 
@@ -171,11 +202,12 @@ def _rules(granted: Iterable[Access]) -> list[Obj]:
     return rules
 
 
-def rbac_objects(settings: Settings) -> list[Obj]:
+def rbac_objects(settings: Settings, probe: bool = False) -> list[Obj]:
     """A ServiceAccount `proxy-component-check` (in the proxy's namespace) and the least roles check needs for these
-    settings, bound to it: a ClusterRole to list nodes and ServiceCIDRs, and a Role per namespace it reads in."""
+    settings, bound to it: a ClusterRole to list nodes and ServiceCIDRs, and a Role per namespace it reads in
+    (with `probe`, the proxy namespace's also creates, deletes and reads the logs of pods)."""
     by_namespace: dict[str | None, list[Access]] = {}
-    for access in accesses(settings):
+    for access in accesses(settings, probe):
         by_namespace.setdefault(access.namespace, []).append(access)
     home = settings.deployment.namespace
     labels = {"app.kubernetes.io/part-of": "proxy-component", "app.kubernetes.io/component": "check"}
@@ -221,6 +253,13 @@ class Cluster:
                 return method(access.name, **kwargs)
             return method(access.name, access.namespace, **kwargs)
         return method(**kwargs) if access.namespace is None else method(access.namespace, **kwargs)
+
+    def request(self, access: Access, *args: Any, **kwargs: Any) -> Any:
+        """One call of the access's method with these arguments (a name the access leaves open, a body)."""
+        method = getattr(self.clients[access.api.client], access.api.method)
+        self.requests += 1
+        self.accessed.add(access)
+        return method(*args, **kwargs)
 
     def list(self, access: Access, **selectors: str) -> Iterator[Any]:
         """Every item of a list call, page by page."""
@@ -310,6 +349,7 @@ def check_cluster(settings: Settings, cluster: Cluster) -> list[Finding]:
             *_service_range(cluster, no_proxy),
             *_proxy(settings, cluster, nodes),
             *_proxy_configs(settings, cluster),
+            *_trust_bundles(settings, cluster),
             *_workloads(settings, cluster),
         ]
     except Exception as exc:
@@ -341,7 +381,8 @@ def _explain(exc: Exception, cluster: Cluster) -> CheckError | None:
     if status == 403:
         return CheckError(
             f"{cluster.server}: 403 Forbidden: {_status_message(exc)}: check needs the roles that "
-            "`proxy-component render CONFIG --format check-rbac` writes, bound to this identity"
+            "`proxy-component render CONFIG --format check-rbac` writes (with --probe for check --probe), bound to "
+            "this identity"
         )
     if status is not None:
         return CheckError(f"{cluster.server}: the API server answered {status} {getattr(exc, 'reason', '')}")
@@ -432,9 +473,8 @@ def _service_range(cluster: Cluster, no_proxy: list[Net]) -> Iterator[Finding]:
             )  # fmt: skip
 
 
-# Nodes where DaemonSet pods never run: virtual-kubelet's (AKS virtual nodes, ACI, Alibaba ECI, ...) and EKS
-# Fargate's, each a label, and virtual-kubelet's taint.
-NO_DAEMONSET_LABELS = {"type": "virtual-kubelet", "eks.amazonaws.com/compute-type": "fargate"}
+# Nodes where DaemonSet pods never run: the labels the DaemonSet's node affinity excludes (render.proxy), and
+# virtual-kubelet's taint.
 NO_DAEMONSET_TAINT = "virtual-kubelet.io/provider"
 
 
@@ -545,6 +585,30 @@ def _proxy_configs(settings: Settings, cluster: Cluster) -> Iterator[Finding]:
             yield Finding(
                 "proxy-config-differs", name, "warning",
                 f"differs from the settings in {', '.join(differing)}: edited by hand, or the stack is not applied",
+            )  # fmt: skip
+
+
+def _trust_bundles(settings: Settings, cluster: Cluster) -> Iterator[Finding]:
+    """Each namespace's `proxy-trust` (proxy.upstream.trustedCa), read by name: the Pods given the trust group
+    mount it, and a Pod whose ConfigMap volume is missing does not start."""
+    for ns in trust_namespaces(settings):
+        wanted = trust_bundle_object(settings, ns)
+        name = f"ConfigMap {ns}/{BUNDLE_NAME}"
+        live = cluster.get(Access(CONFIG_MAPS, ns, BUNDLE_NAME))
+        if live is None:
+            yield Finding(
+                "proxy-trust-missing", name, "error",
+                "missing: Pods given the trust group mount it and do not start without it",
+            )  # fmt: skip
+            continue
+        data = {**(live.data or {}), **(live.binary_data or {})}
+        expected = {**wanted.get("data", {}), **wanted.get("binaryData", {})}
+        differing = sorted(k for k in set(expected) | set(data) if expected.get(k) != data.get(k))
+        if differing:
+            yield Finding(
+                "proxy-trust-differs", name, "warning",
+                f"differs from the settings in {', '.join(differing)}: the CA changed and the stack is not applied, "
+                "or it was edited by hand (or certifi's roots differ from the version that rendered it)",
             )  # fmt: skip
 
 
@@ -684,3 +748,110 @@ def scrub(text: str, settings: Settings) -> str:
     for secret in sorted(secrets, key=len, reverse=True):
         text = text.replace(secret, "***")
     return text
+
+
+def probe_cluster(
+    settings: Settings,
+    cluster: Cluster,
+    urls: Sequence[str],
+    *,
+    wait: int = 10,
+    deadline: int = 120,
+    created: Callable[[str], None] | None = None,
+) -> list[ProbeResult]:
+    """`check --probe`: one pod per node that runs a proxy pod, each URL through that node's proxy (see probe.py).
+
+    Every pod is deleted before this returns or raises (KeyboardInterrupt included): those it created, and any
+    of this run's that a listing finds (a create interrupted after the API server took it). `created` is told
+    each pod's name (for the tests).
+    """
+    d = settings.deployment
+    if not d.enabled:
+        raise CheckError("--probe: deployment.enabled is false: there is no node proxy to probe (expected true)")
+    targets = parse_targets(urls)
+    if not 1 <= wait <= deadline - 5:
+        raise ValueError(
+            f"--probe-timeout: {wait} does not fit --probe-deadline {deadline} (expected 1 <= timeout <= deadline - 5)"
+        )
+    stop = time.monotonic() + deadline
+    run = run_id()
+    names: list[tuple[str, str]] = []
+    try:
+        proxies = list(cluster.list(Access(PODS, d.namespace), label_selector=f"{APP_LABEL}={d.service_name}"))
+        clients: dict[tuple[str, int], TlsClient] = {}
+        for index, node in enumerate(nodes_of(proxies)):
+            hellos: list[bytes | None] = []
+            for j, target in enumerate(targets):
+                if target.scheme == "https":
+                    clients[node, j] = tls_client(target.host, settings.trusted_ca)
+                hellos.append(clients[node, j].hello if (node, j) in clients else None)
+            pod = probe_pod(settings, node, run, index, pod_script(targets, hellos, d.port, wait), deadline)
+            cluster.request(Access(PROBE_CREATE, d.namespace), d.namespace, pod)
+            names.append((node, pod["metadata"]["name"]))
+            if created is not None:
+                created(pod["metadata"]["name"])
+        phases: dict[str, str] = {}
+
+        def finished() -> bool:
+            for item in cluster.list(Access(PODS, d.namespace), label_selector=f"{RUN_LABEL}={run}"):
+                phases[item.metadata.name] = (item.status.phase if item.status else None) or "Pending"
+            return all(phases.get(name) in ("Succeeded", "Failed") for _, name in names)
+
+        wait_until(finished, stop)
+        results: list[ProbeResult] = []
+        upstream = settings.proxy.upstream is not None
+        for node, name in names:
+            phase = phases.get(name, "Pending")
+            transcripts = None
+            if phase in ("Succeeded", "Failed"):
+                log = cluster.request(Access(POD_LOGS, d.namespace), name, d.namespace, container="probe")
+                transcripts = parse_transcript(str(log), len(targets))
+            if transcripts is None:
+                detail = f"the probe pod {name} gave no complete result within {deadline} s (phase {phase})"
+                results += [ProbeResult(node, t.url, "timeout", detail) for t in targets]
+                continue
+            proxy_log = _proxy_log(cluster, settings, proxies, node, deadline)
+            results += [
+                classify(node, t, transcripts[j], wait=wait, tls=clients.get((node, j)), proxy_log=proxy_log,
+                         upstream=upstream)
+                for j, t in enumerate(targets)
+            ]  # fmt: skip
+        return results
+    except Exception as exc:
+        error = _explain(exc, cluster)
+        if error is None:
+            raise
+        raise error from None
+    finally:
+        _delete_probe_pods(cluster, settings, run, [name for _, name in names])
+
+
+def _proxy_log(cluster: Cluster, settings: Settings, proxies: list[Any], node: str, deadline: int) -> str:
+    """The recent log of the proxy pod on `node` (its tinyproxy container); "" where it cannot be read."""
+    d = settings.deployment
+    for pod in proxies:
+        if pod.spec and pod.spec.node_name == node:
+            try:
+                log = cluster.request(Access(POD_LOGS, d.namespace), pod.metadata.name, d.namespace,
+                                      container="tinyproxy", since_seconds=deadline + 60)  # fmt: skip
+            except Exception as exc:
+                if getattr(exc, "status", None) is None:
+                    raise
+                return ""
+            return str(log)
+    return ""
+
+
+def _delete_probe_pods(cluster: Cluster, settings: Settings, run: str, names: list[str]) -> None:
+    """Delete this run's pods: the known names, then whatever else carries the run's label."""
+    namespace = settings.deployment.namespace
+    try:
+        listed = [p.metadata.name for p in cluster.list(Access(PODS, namespace), label_selector=f"{RUN_LABEL}={run}")]
+    except Exception:
+        listed = []
+    for name in dict.fromkeys([*names, *listed]):
+        try:
+            cluster.request(Access(PROBE_DELETE, namespace), name, namespace, grace_period_seconds=0)
+        except Exception as exc:
+            if getattr(exc, "status", None) != 404:
+                raise

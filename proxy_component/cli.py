@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import traceback
 from collections.abc import Sequence
@@ -18,6 +19,7 @@ from .render import capi_manifests, capi_patches, manifests, plain_values
 from .render.helm import PROFILES, RENAMED, UnknownProfileError, profile_values, values_yaml
 from .render.kustomize import kustomization
 from .render.kyverno import cluster_policy
+from .render.trust import unreached
 from .settings import (
     Runtime,
     Settings,
@@ -41,6 +43,9 @@ PATCH_HEADER = """\
 """
 
 __all__ = ["main"]
+
+PROBE_WAIT = 10  # check --probe: seconds each URL may take in the pod
+PROBE_DEADLINE = 120  # check --probe: seconds for the whole probe (pods scheduled, image pulled, run, logs read)
 
 EXIT_INVALID = 2
 EXIT_CRASH = 3  # check failed on a bug of its own: neither clean (0) nor findings (1)
@@ -92,7 +97,7 @@ def _objects(settings: Settings, args: argparse.Namespace) -> list[dict[str, Any
     if fmt == "check-rbac":
         from .check import rbac_objects
 
-        return rbac_objects(settings)
+        return rbac_objects(settings, probe=args.probe)
     if fmt == "kustomize-patch":
         values = plain_values(settings).select(_selection(settings, args))
         return [kustomization(settings, values, kind=args.target_kind, name=args.target_name, container=args.container)]
@@ -134,6 +139,8 @@ def _check_format(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         parser.error(f"--format {fmt}: takes no argument, got {' '.join(rest)!r} (put CONFIG before --format)")
     if args.output is not None and os.path.exists(args.output) and not os.path.isdir(args.output):
         parser.error(f"-o {args.output}: exists and is not a directory")
+    if args.probe and fmt != "check-rbac":
+        parser.error(f"--probe: only for --format check-rbac (the role of `check --probe`), not {fmt}")
     if fmt == "kustomize-patch" and not args.target_name:
         parser.error("--format kustomize-patch: --target-name is required (the workload to patch)")
 
@@ -188,7 +195,7 @@ def _no_proxy(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
-    from .explain import destinations, evaluate, warnings
+    from .explain import destinations, evaluate, trust_cells, warnings
     from .render.runtimes import NO_PROXY_PYTHON, java_options, python_no_proxy
 
     settings = _load(args.config)
@@ -226,15 +233,30 @@ def _explain(args: argparse.Namespace) -> int:
     )
     print()
     labels = {d.url: d.label for d in destinations(settings, no_proxy)}
-    _print_table(cells, labels)
+    trust = trust_cells(settings, no_proxy, selection)
+    _print_table(cells, labels, trust)
     lines = warnings(settings, no_proxy, cells)
     for number, line in enumerate(lines, 1):
         print(f"[{number}] {line}")
+    sources: dict[str, list[str]] = {}
+    for cell in trust:
+        if cell.source:
+            sources.setdefault(cell.source, []).append(cell.client)
+    for source, readers in sources.items():
+        print(f"TLS trust from {source}: {', '.join(readers)}")
+    notes = list(dict.fromkeys(cell.warning for cell in trust if cell.warning))
+    for number, note in enumerate(notes, len(lines) + 1):
+        clients = ", ".join(cell.client for cell in trust if cell.warning == note)
+        print(f"[{number}] {note} [{clients}; TLS trust]")
+    lost = unreached(settings)
+    if lost:
+        print(f"[{len(lines) + len(notes) + 1}] {lost}")
     return 0
 
 
-def _print_table(cells: Sequence[Any], labels: dict[str, str]) -> None:
-    """Rows are destinations, columns clients; a cell that differs from the intent is red, with its note's number."""
+def _print_table(cells: Sequence[Any], labels: dict[str, str], trust: Sequence[Any] = ()) -> None:
+    """Rows are destinations, columns clients; a cell that differs from the intent is red, with its note's number.
+    With a trusted CA, a last row says where each client takes it from (TLS trust)."""
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
@@ -254,6 +276,17 @@ def _print_table(cells: Sequence[Any], labels: dict[str, str]) -> None:
         label = escape(f"{labels[url]}\n{url}" if url in labels else url)
         shown = [_cell_text(cell, notes) for cell in row]
         table.add_row(label, "direct" if row[0].intended == "bypass" else "proxy", *shown)
+    if trust:
+        by_client = {cell.client: cell for cell in trust}
+        trust_notes = list(dict.fromkeys(cell.warning for cell in trust if cell.warning))
+        shown = []
+        for client_id in clients:
+            cell = by_client[client_id]
+            if cell.warning:
+                shown.append(f"[bold red]no CA \\[{len(notes) + trust_notes.index(cell.warning) + 1}][/bold red]")
+            else:
+                shown.append(f"[green]{escape(cell.source)}[/green]")
+        table.add_row("TLS trust\n(proxy.upstream.trustedCa)", "CA", *shown)
     width = 60 + 11 * (len(clients) + 1)
     console = Console(width=max(width, Console().width), highlight=False)
     console.print(table)
@@ -267,15 +300,24 @@ def _cell_text(cell: Any, notes: list[str]) -> str:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from .check import CheckError, check_cluster, connect, scrub
+    from .check import CheckError, check_cluster, connect, probe_cluster, scrub
 
     settings = load_settings(args.config)
+    probes: list[Any] = []
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM as SIGINT: the probe pods are deleted either way
     try:
         cluster = connect(args.kubeconfig, args.context)
         findings = check_cluster(settings, cluster)
+        if args.probe:
+            probes = probe_cluster(settings, cluster, args.probe, wait=args.probe_timeout, deadline=args.probe_deadline)
     except CheckError as exc:
         print(f"proxy-component check: {exc}", file=sys.stderr)
         return EXIT_INVALID
+    except KeyboardInterrupt:
+        print("proxy-component check: interrupted (probe pods deleted)", file=sys.stderr)
+        return 130
+    except (SettingsError, NoProxyError, ValueError):
+        raise
     except Exception as exc:  # a bug: exit 1 would read as findings
         trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         sys.stderr.write(scrub(trace, settings))
@@ -285,14 +327,31 @@ def _check(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_CRASH
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    failed = [p for p in probes if not p.ok]
     if args.json:
-        print(json.dumps([f.as_dict() for f in findings], indent=2))
+        rows = [f.as_dict() for f in findings]
+        rows += [
+            {"kind": "probe", "object": f"Node {p.node}", "severity": "ok" if p.ok else "error",
+             "message": f"{p.url}: {p.outcome}: {p.detail}", **p.as_dict()}
+            for p in probes
+        ]  # fmt: skip
+        print(json.dumps(rows, indent=2))
     else:
         for finding in findings:
             print(finding)
+        for probe in probes:
+            print(probe)
     summary = f"{len(findings)} finding(s)" if findings else "clean"
+    if args.probe:
+        summary += f", {len(probes) - len(failed)} of {len(probes)} probe(s) ok"
     print(f"proxy-component check: {cluster.server}: {summary} ({cluster.requests} API requests)", file=sys.stderr)
-    return 1 if findings else 0
+    return 1 if findings or failed else 0
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -331,6 +390,9 @@ def _parser() -> argparse.ArgumentParser:
         help="helm-values: the chart's Helm release name, from which the profile derives the in-cluster names its "
         "NO_PROXY adds (argo-cd: <release>-argocd-repo-server, ...; default: the name the chart's docs use)",
     )
+    render.add_argument(
+        "--probe", action="store_true", help="check-rbac: also what `check --probe` needs (pods in the proxy namespace)"
+    )
     render.set_defaults(func=_render)
     no_proxy = sub.add_parser("no-proxy", help="print the composed NO_PROXY value")
     no_proxy.add_argument("config", nargs="?", help=config_help)
@@ -366,8 +428,28 @@ def _parser() -> argparse.ArgumentParser:
     )
     check.add_argument("--context", help="kubeconfig context (default: the current one)")
     check.add_argument(
-        "--json", action="store_true", help='print a JSON list of {"kind", "object", "severity", "message"}'
+        "--json",
+        action="store_true",
+        help='print a JSON list of {"kind", "object", "severity", "message"} (with --probe, one more per node and '
+        'URL: kind "probe", severity "ok" or "error", and "node", "url", "outcome", "detail")',
     )
+    check.add_argument(
+        "--probe",
+        nargs="+",
+        metavar="URL",
+        help="also run a short-lived pod on each node with a proxy pod (the proxy's image) that reaches each URL "
+        "through that node's proxy; reports ok, filtered, not-allowed, dns-failure, connect-failed, "
+        "upstream-refused, upstream-auth, tls-failure, timeout, proxy-unreachable or error per node and URL; needs "
+        "the role of `render --format check-rbac --probe`",
+    )
+    check.add_argument(
+        "--probe-timeout", type=int, default=PROBE_WAIT, metavar="SECONDS",
+        help=f"--probe: seconds each URL may take in the pod (default {PROBE_WAIT})",
+    )  # fmt: skip
+    check.add_argument(
+        "--probe-deadline", type=int, default=PROBE_DEADLINE, metavar="SECONDS",
+        help=f"--probe: seconds for the whole probe, the pods' activeDeadlineSeconds too (default {PROBE_DEADLINE})",
+    )  # fmt: skip
     check.set_defaults(func=_check)
     return parser
 

@@ -26,9 +26,11 @@ from urllib.parse import urlsplit
 __all__ = [
     "CLIENTS",
     "CLIENT_IDS",
+    "TRUST",
     "Client",
     "Decision",
     "Target",
+    "Trust",
     "client",
     "decide",
     "java_properties",
@@ -647,3 +649,46 @@ def matched_entry(c: Client | str, env: Mapping[str, str], url: str | Target) ->
         if match(c, entry, t):
             return entry.strip()
     return None
+
+
+@dataclass(frozen=True)
+class Trust:
+    """Where a client takes the CAs it verifies servers with, for a TLS-inspecting proxy's CA.
+
+    `variables`: the environment variables it reads for them, the first set one winning (empty: none of the
+    rendered ones); `adds`: they add to its built-in roots rather than replace them; `otherwise`: how to give
+    it a CA when no variable does. Java's is a system property in JDK_JAVA_OPTIONS (`jvm`).
+    """
+
+    variables: tuple[str, ...] = ()
+    adds: bool = False
+    otherwise: str = ""
+    jvm: bool = False
+
+
+_GNUTLS = "Debian's build uses GnuTLS, which reads no SSL_CERT_FILE"
+_NODE_TRUST = Trust(("NODE_EXTRA_CA_CERTS",), adds=True)
+
+# One row per client of CLIENTS. curl, requests, httpx, Node 24, Go and the JVM were observed behind a real
+# TLS-inspecting proxy, with and without the variables, and wget and git with them (test_trust_real.py); the rest
+# follow the library they use (Python's ssl and Ruby's OpenSSL read SSL_CERT_FILE, as OpenSSL does).
+TRUST: dict[str, Trust] = {
+    "curl": Trust(("CURL_CA_BUNDLE", "SSL_CERT_FILE")),
+    "git": Trust(otherwise=f"GIT_SSL_CAINFO or http.sslCAInfo ({_GNUTLS})"),
+    "wget": Trust(otherwise=f"--ca-certificate or ca_certificate in .wgetrc ({_GNUTLS})"),
+    "apt": Trust(otherwise="Acquire::https::CaInfo, or the CA in the image's /usr/local/share/ca-certificates"),
+    "python-urllib": Trust(("SSL_CERT_FILE",)),
+    "python-requests": Trust(("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")),
+    "python-httpx": Trust(("SSL_CERT_FILE",)),
+    "python-aiohttp": Trust(("SSL_CERT_FILE",)),
+    "go": Trust(("SSL_CERT_FILE",)),
+    "ruby": Trust(("SSL_CERT_FILE",)),
+    "node-proxy-from-env": _NODE_TRUST,
+    "node-proxy-from-env-1": _NODE_TRUST,
+    "node-undici": _NODE_TRUST,
+    "node-undici-7": _NODE_TRUST,
+    "node-http": _NODE_TRUST,
+    "node-fetch": _NODE_TRUST,
+    "npm": _NODE_TRUST,
+    "java": Trust(jvm=True),
+}

@@ -25,6 +25,7 @@ from .render.helm import merge_values as _merge_plain
 from .render.kustomize import kustomization
 from .render.proxy import config_digest, firewall_rules, ip_family_fields, tinyproxy_conf
 from .render.runtimes import java_skip_reason
+from .render.trust import unreached
 from .settings import (
     NetworkValues,
     Runtime,
@@ -49,7 +50,14 @@ _RESOURCE_CLASSES: dict[tuple[str, str], Any] = {
     ("v1", "Service"): k8s.core.v1.Service,
     ("apps/v1", "DaemonSet"): k8s.apps.v1.DaemonSet,
 }
-_ARG_NAMES = {"metadata": "metadata", "data": "data", "stringData": "string_data", "type": "type", "spec": "spec"}
+_ARG_NAMES = {
+    "metadata": "metadata",
+    "data": "data",
+    "binaryData": "binary_data",
+    "stringData": "string_data",
+    "type": "type",
+    "spec": "spec",
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -165,6 +173,7 @@ class ClusterProxy(pulumi.ComponentResource):
         """
         plain = composed.apply(lambda c: workload_values(settings, c))
         java = None if java_skip_reason(settings.http_proxy, settings.https_proxy) else plain.apply(_java_options)
+        trusted = None if java is None or settings.trusted_ca is None else plain.apply(_java_trust_options)
         return ProxyValues(
             self.http_proxy,
             self.https_proxy,
@@ -172,6 +181,7 @@ class ClusterProxy(pulumi.ComponentResource):
             no_proxy_python=plain.apply(lambda v: v.no_proxy_python),
             java_options=java,
             selection=settings.runtimes.cluster_wide,
+            java_trust_options=trusted,
         )
 
     def helm_values_for(
@@ -243,6 +253,9 @@ class ClusterProxy(pulumi.ComponentResource):
         skipped = java_skip_reason(settings.http_proxy, settings.https_proxy)
         if skipped:
             pulumi.log.warn(f"JDK_JAVA_OPTIONS: not rendered, so JVMs get no proxy: {skipped}", resource=self)
+        lost = unreached(settings)
+        if lost:
+            pulumi.log.warn(lost, resource=self)
         return str(composed)
 
     @staticmethod
@@ -326,15 +339,26 @@ def _java_options(values: ProxyValues) -> Any:
     return values.java_options
 
 
+def _java_trust_options(values: ProxyValues) -> Any:
+    return values.java_trust_options
+
+
 def _plain(values: ProxyValues) -> pulumi.Output[ProxyValues]:
     """The values resolved together, for builders that write them into text."""
     selection: frozenset[Runtime] = values.selection
 
     def build(v: list[Any]) -> ProxyValues:
-        return ProxyValues(v[0], v[1], v[2], no_proxy_python=v[3], java_options=v[4], selection=selection)
+        return ProxyValues(
+            v[0], v[1], v[2], no_proxy_python=v[3], java_options=v[4], selection=selection, java_trust_options=v[5]
+        )
 
     return pulumi.Output.all(
-        values.http_proxy, values.https_proxy, values.no_proxy, values.no_proxy_python, values.java_options
+        values.http_proxy,
+        values.https_proxy,
+        values.no_proxy,
+        values.no_proxy_python,
+        values.java_options,
+        values.java_trust_options,
     ).apply(build)
 
 

@@ -17,13 +17,24 @@ import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from .clients import CLIENTS, Client, Decision, Target, decide, matched_entry
+from .clients import CLIENTS, TRUST, Client, Decision, Target, decide, matched_entry
 from .noproxy import Category, Kind, NoProxy
 from .render.env import env_pairs, workload_values
-from .render.runtimes import NO_PROXY_PYTHON, java_skip_reason
+from .render.runtimes import JDK_JAVA_OPTIONS, NO_PROXY_PYTHON, java_skip_reason
+from .render.trust import JAVA_TRUST_OPTIONS, trust_env_pairs
 from .settings import Runtime, Settings
 
-__all__ = ["Cell", "Destination", "destinations", "evaluate", "intent", "warnings", "workload_env"]
+__all__ = [
+    "Cell",
+    "Destination",
+    "TrustCell",
+    "destinations",
+    "evaluate",
+    "intent",
+    "trust_cells",
+    "warnings",
+    "workload_env",
+]
 
 SERVICE = "my-svc"
 EXTERNAL = "http://github.com/"
@@ -295,3 +306,55 @@ def warnings(settings: Settings, no_proxy: NoProxy, cells: Sequence[Cell] | None
         )
         lines.append(f"{text} [{', '.join(clients)}; {shown}]")
     return lines
+
+
+@dataclass(frozen=True)
+class TrustCell:
+    """How one client gets the TLS-inspecting proxy's CA in a workload with the trust group: the variable (or
+    property) it takes the CA from, empty when none; and, when none, why and what to do."""
+
+    client: str
+    source: str
+    warning: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"client": self.client, "source": self.source, "warning": self.warning}
+
+
+def trust_cells(settings: Settings, no_proxy: NoProxy, selection: Iterable[Runtime] | None = None) -> list[TrustCell]:
+    """One cell per client of the model, for a workload of `selection` that gets the trust group; [] without
+    `proxy.upstream.trustedCa`."""
+    if settings.trusted_ca is None:
+        return []
+    chosen = frozenset(settings.runtimes.cluster_wide if selection is None else selection)
+    values = workload_values(settings, no_proxy, selection=chosen).trusted()
+    env = {**{name: str(value) for name, value in env_pairs(values)}, **dict(trust_env_pairs())}
+    cells = []
+    for c in CLIENTS:
+        trust = TRUST[c.id]
+        if trust.jvm:
+            if JAVA_TRUST_OPTIONS in env.get(JDK_JAVA_OPTIONS, ""):
+                cells.append(TrustCell(c.id, f"{JDK_JAVA_OPTIONS} (javax.net.ssl.trustStore)", ""))
+            else:
+                cells.append(
+                    TrustCell(
+                        c.id,
+                        "",
+                        "JVMs take the truststore from JDK_JAVA_OPTIONS, rendered with the java runtime: select it "
+                        f"(annotation {settings.runtimes.annotation}: java)",
+                    )
+                )
+            continue
+        found = next((name for name in trust.variables if env.get(name)), "")
+        if found:
+            cells.append(TrustCell(c.id, f"{found} ({'added' if trust.adds else 'merged bundle'})", ""))
+        else:
+            cells.append(
+                TrustCell(
+                    c.id,
+                    "",
+                    f"reads none of the trust variables, so it fails verification through the inspecting proxy: "
+                    f"give it the CA by {trust.otherwise} (the bundle is mounted at {env['SSL_CERT_FILE']})",
+                )
+            )
+    return cells

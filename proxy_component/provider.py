@@ -25,10 +25,9 @@ from pulumi.provider.server import ComponentInitError
 from pydantic import BaseModel
 from typing_extensions import NotRequired
 
-from . import component
+from . import component, provider_types
 from .discovery.network import ClusterNetwork
-from .provider_types import SettingsArgs
-from .settings import Settings, SettingsError
+from .settings import Settings, SettingsError, parse_settings
 
 __all__ = ["PACKAGE", "ClusterProxy", "ClusterProxyArgs", "EnvVar", "serve_provider"]
 
@@ -38,7 +37,7 @@ PACKAGE = "proxy-component"
 class ClusterProxyArgs(TypedDict):
     """The component's inputs: the settings, and the network of a cluster this program creates."""
 
-    settings: NotRequired[pulumi.Input[SettingsArgs]]
+    settings: NotRequired[pulumi.Input[provider_types.Settings]]
     """The settings, with the keys of the YAML file and the stack config (proxy, cluster, deployment, namespaces, injection, runtimes, capi, helmValuesSecrets). They decide which objects exist, so they must be known when the component is created."""
 
     pod_cidrs: NotRequired[pulumi.Input[Sequence[pulumi.Input[str]]]]
@@ -184,13 +183,21 @@ class _Provider(ComponentProvider):
         options: Optional[pulumi.ResourceOptions] = None,
     ) -> ConstructResult:
         try:
+            # The SDK maps the inputs by the schema and drops keys it does not know: a typo from an untyped program
+            # (JavaScript, a cast in TypeScript) would vanish. Validate the settings as sent, first.
+            parse_settings(settings_from_inputs(inputs.get("settings") or {}))
             return super().construct(name, resource_type, inputs, options)
+        except SettingsError as exc:
+            raise _input_error(exc) from None
         except ComponentInitError as exc:
             if isinstance(exc.inner, SettingsError):
-                raise InputPropertiesError(
-                    str(exc.inner), [{"property_path": "settings", "reason": p} for p in exc.inner.problems]
-                ) from None
+                raise _input_error(exc.inner) from None
             raise
+
+
+def _input_error(exc: SettingsError) -> InputPropertiesError:
+    """Invalid settings as the engine reports input errors: each problem's line, no stack trace."""
+    return InputPropertiesError(str(exc), [{"property_path": "settings", "reason": p} for p in exc.problems])
 
 
 def plugin_version(version: str) -> str:

@@ -12,21 +12,21 @@ import pulumi
 from typing_extensions import NotRequired
 
 __all__ = [
-    "CapiSettingsArgs",
-    "ClusterSettingsArgs",
-    "DeploymentSettingsArgs",
-    "FirewallSettingsArgs",
-    "HelmValuesSecretArgs",
-    "InjectionSettingsArgs",
-    "ProxySettingsArgs",
-    "ResourcesArgs",
-    "RuntimeSettingsArgs",
-    "SettingsArgs",
-    "UpstreamSettingsArgs",
+    "CapiSettings",
+    "ClusterSettings",
+    "DeploymentSettings",
+    "FirewallSettings",
+    "HelmValuesSecret",
+    "InjectionSettings",
+    "ProxySettings",
+    "Resources",
+    "RuntimeSettings",
+    "Settings",
+    "UpstreamSettings",
 ]
 
 
-class ResourcesArgs(TypedDict):
+class Resources(TypedDict):
     """Container requests and limits, in Kubernetes quantity syntax (numbers are accepted, as `cpu: 1`)."""
 
     requests: NotRequired[pulumi.Input[Mapping[str, pulumi.Input[str]]]]
@@ -34,7 +34,7 @@ class ResourcesArgs(TypedDict):
     limits: NotRequired[pulumi.Input[Mapping[str, pulumi.Input[str]]]]
 
 
-class FirewallSettingsArgs(TypedDict):
+class FirewallSettings(TypedDict):
     """Kernel rules that stop tinyproxy from reaching the node itself, link-local and metadata addresses."""
 
     enabled: NotRequired[pulumi.Input[bool]]
@@ -50,7 +50,7 @@ class FirewallSettingsArgs(TypedDict):
     """Let tinyproxy reach the cluster's pod, service and node ranges; by default they are refused, since tinyproxy on the node's network would let a pod past its NetworkPolicy (those calls belong in NO_PROXY)."""
 
 
-class UpstreamSettingsArgs(TypedDict):
+class UpstreamSettings(TypedDict):
     """A corporate proxy that tinyproxy chains to; its credentials stay in a Secret."""
 
     url: pulumi.Input[str]
@@ -63,8 +63,11 @@ class UpstreamSettingsArgs(TypedDict):
     no_upstream: NotRequired[pulumi.Input[Sequence[pulumi.Input[str]]]]
     """Destinations tinyproxy reaches directly, not through the upstream."""
 
+    trusted_ca: NotRequired[pulumi.Input[str]]
+    """PEM CA certificates of a TLS-inspecting upstream (one text, or a list): public, not a secret."""
 
-class HelmValuesSecretArgs(TypedDict):
+
+class HelmValuesSecret(TypedDict):
     """A Secret with key `values.yaml` holding one profile's values, for Flux `valuesFrom` or app platforms."""
 
     profile: pulumi.Input[str]
@@ -81,7 +84,7 @@ class HelmValuesSecretArgs(TypedDict):
     """The chart's runtimes (java, node, python); default: the cluster-wide flags. One of: java, node, python."""
 
 
-class CapiSettingsArgs(TypedDict):
+class CapiSettings(TypedDict):
     """Cluster API: the Secrets a management cluster needs so machines boot with the proxy."""
 
     enabled: NotRequired[pulumi.Input[bool]]
@@ -96,7 +99,7 @@ class CapiSettingsArgs(TypedDict):
     """TKG-style addon value Secrets for vSphere CPI, CSI and kapp-controller."""
 
 
-class RuntimeSettingsArgs(TypedDict):
+class RuntimeSettings(TypedDict):
     """Which runtimes' renderings workloads get beside the six variables: opt-in, per cluster, namespace, workload."""
 
     java: NotRequired[pulumi.Input[bool]]
@@ -115,7 +118,7 @@ class RuntimeSettingsArgs(TypedDict):
     """On a workload or its pod template: its runtimes ('java,node', or 'none'), replacing the rest."""
 
 
-class InjectionSettingsArgs(TypedDict):
+class InjectionSettings(TypedDict):
     """Which workloads get the proxy env from the Kyverno policy and the Pulumi stack transform."""
 
     exclude_namespaces: NotRequired[pulumi.Input[Sequence[pulumi.Input[str]]]]
@@ -126,8 +129,11 @@ class InjectionSettingsArgs(TypedDict):
     kyverno: NotRequired[pulumi.Input[bool]]
     """Create the Kyverno ClusterPolicy that injects the env into pods."""
 
+    trust_manager: NotRequired[pulumi.Input[bool]]
+    """Create a trust-manager Bundle of its default CAs and proxy.upstream.trustedCa (needs trust-manager)."""
 
-class DeploymentSettingsArgs(TypedDict):
+
+class DeploymentSettings(TypedDict):
     """The in-cluster tinyproxy: where it runs, which image, and who may use it for what."""
 
     enabled: NotRequired[pulumi.Input[bool]]
@@ -147,12 +153,12 @@ class DeploymentSettingsArgs(TypedDict):
     run_as_user: NotRequired[pulumi.Input[int]]
     """tinyproxy's UID (and GID): one no other process on the node uses, since the firewall matches it."""
 
-    firewall: NotRequired[pulumi.Input[FirewallSettingsArgs]]
+    firewall: NotRequired[pulumi.Input[FirewallSettings]]
 
     control_plane: NotRequired[pulumi.Input[bool]]
     """Also run on control-plane nodes (node-role.kubernetes.io/control-plane)."""
 
-    resources: NotRequired[pulumi.Input[ResourcesArgs]]
+    resources: NotRequired[pulumi.Input[Resources]]
 
     allowed_source_cidrs: NotRequired[pulumi.Input[Sequence[pulumi.Input[str]]]]
 
@@ -170,7 +176,7 @@ class DeploymentSettingsArgs(TypedDict):
     """Where the config is mounted in the container."""
 
 
-class ClusterSettingsArgs(TypedDict):
+class ClusterSettings(TypedDict):
     """The cluster's networks and endpoints, everything that must bypass the proxy."""
 
     name: NotRequired[pulumi.Input[str]]
@@ -197,7 +203,7 @@ class ClusterSettingsArgs(TypedDict):
     """AWS region, for the .compute.internal suffix."""
 
 
-class ProxySettingsArgs(TypedDict):
+class ProxySettings(TypedDict):
     """What pods and nodes use: the proxy URLs and extra NO_PROXY entries."""
 
     http_proxy: NotRequired[pulumi.Input[str]]
@@ -209,7 +215,7 @@ class ProxySettingsArgs(TypedDict):
     no_proxy: NotRequired[pulumi.Input[Sequence[pulumi.Input[str]]]]
     """Entries added after the cluster's own."""
 
-    upstream: NotRequired[pulumi.Input[UpstreamSettingsArgs]]
+    upstream: NotRequired[pulumi.Input[UpstreamSettings]]
 
     node_http_proxy: NotRequired[pulumi.Input[str]]
     """What node services (containerd, kubelet) use; default: httpProxy, else the upstream."""
@@ -218,22 +224,22 @@ class ProxySettingsArgs(TypedDict):
     """Default: nodeHttpProxy."""
 
 
-class SettingsArgs(TypedDict):
+class Settings(TypedDict):
     """Everything proxy-component needs to know; see the README's settings reference."""
 
-    proxy: NotRequired[pulumi.Input[ProxySettingsArgs]]
+    proxy: NotRequired[pulumi.Input[ProxySettings]]
 
-    cluster: NotRequired[pulumi.Input[ClusterSettingsArgs]]
+    cluster: NotRequired[pulumi.Input[ClusterSettings]]
 
-    deployment: NotRequired[pulumi.Input[DeploymentSettingsArgs]]
+    deployment: NotRequired[pulumi.Input[DeploymentSettings]]
 
     namespaces: NotRequired[pulumi.Input[Sequence[pulumi.Input[str]]]]
     """Namespaces that get a proxy-config ConfigMap."""
 
-    injection: NotRequired[pulumi.Input[InjectionSettingsArgs]]
+    injection: NotRequired[pulumi.Input[InjectionSettings]]
 
-    runtimes: NotRequired[pulumi.Input[RuntimeSettingsArgs]]
+    runtimes: NotRequired[pulumi.Input[RuntimeSettings]]
 
-    capi: NotRequired[pulumi.Input[CapiSettingsArgs]]
+    capi: NotRequired[pulumi.Input[CapiSettings]]
 
-    helm_values_secrets: NotRequired[pulumi.Input[Sequence[pulumi.Input[HelmValuesSecretArgs]]]]
+    helm_values_secrets: NotRequired[pulumi.Input[Sequence[pulumi.Input[HelmValuesSecret]]]]

@@ -63,6 +63,7 @@ __all__ = [
     "Settings",
     "SettingsError",
     "UpstreamSettings",
+    "ca_certificates",
     "image_is_mutable",
     "infer_ip_family",
     "load_settings",
@@ -266,6 +267,93 @@ def _shown(path: str, value: Any) -> str:
 ProxyUrl = Annotated[str, AfterValidator(_proxy_url)]
 
 
+_PEM_BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----\r?\n(.*?)-----END \1-----", re.DOTALL)
+_PEM_BEGIN = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----")
+_PEM_ACCEPTED = "expected one or more PEM blocks '-----BEGIN CERTIFICATE-----', each a CA certificate valid now"
+
+
+def _pem_text(value: Any) -> Any:
+    """A list of PEM texts is one bundle: the YAML file and stack config may give either."""
+    if isinstance(value, (list, tuple)):
+        if not all(isinstance(v, str) for v in value):
+            raise ValueError(f"a list of {sorted({type(v).__name__ for v in value})} ({_PEM_ACCEPTED})")
+        return "\n".join(value)
+    return value
+
+
+def _trusted_ca(value: str) -> str:
+    """CA certificates in PEM: each parsed, a CA, valid now; canonical order (by SHA-256), duplicates dropped.
+
+    The text is never echoed in an error: a private key pasted here by mistake must not reach a log.
+    """
+    from datetime import datetime, timezone
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+
+    begins = _PEM_BEGIN.findall(value)
+    if any("PRIVATE KEY" in label for label in begins):
+        raise ValueError(
+            f"holds a private key (-----BEGIN {next(lb for lb in begins if 'PRIVATE KEY' in lb)}-----; value hidden): "
+            f"a trust bundle is public, never give a key here ({_PEM_ACCEPTED})"
+        )
+    blocks = _PEM_BLOCK.findall(value)
+    if not begins:
+        raise ValueError(f"no PEM block found ({_PEM_ACCEPTED})")
+    if len(blocks) != len(begins):
+        raise ValueError(
+            f"{len(begins)} BEGIN lines but {len(blocks)} complete blocks: the PEM is truncated ({_PEM_ACCEPTED})"
+        )
+    now = datetime.now(timezone.utc)
+    unique: dict[bytes, str] = {}
+    for i, (label, _body) in enumerate(blocks, 1):
+        where = f"block {i} of {len(blocks)}"
+        if label != "CERTIFICATE":
+            raise ValueError(f"{where} is '{label}', not a certificate ({_PEM_ACCEPTED})")
+        text = f"-----BEGIN CERTIFICATE-----\n{_body}-----END CERTIFICATE-----\n"
+        try:
+            cert = x509.load_pem_x509_certificate(text.encode("ascii", "replace"))
+            subject = cert.subject.rfc4514_string() or "(empty subject)"
+        except ValueError as exc:
+            raise ValueError(f"{where} is not a readable X.509 certificate ({exc}; {_PEM_ACCEPTED})") from None
+        try:
+            ca = cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+        except x509.ExtensionNotFound:
+            ca = False
+        if not ca:
+            raise ValueError(
+                f"{where} ({subject}) is not a CA certificate (no basicConstraints CA:TRUE): give the CA that signs "
+                f"the proxy's certificates, not a server certificate ({_PEM_ACCEPTED})"
+            )
+        try:
+            signs = cert.extensions.get_extension_for_class(x509.KeyUsage).value.key_cert_sign
+        except x509.ExtensionNotFound:
+            signs = True
+        if not signs:
+            raise ValueError(
+                f"{where} ({subject}) has a key usage without keyCertSign, so it cannot sign ({_PEM_ACCEPTED})"
+            )
+        if cert.not_valid_after_utc < now:
+            raise ValueError(
+                f"{where} ({subject}) expired on {cert.not_valid_after_utc:%Y-%m-%d %H:%M:%S} UTC ({_PEM_ACCEPTED})"
+            )
+        if cert.not_valid_before_utc > now:
+            raise ValueError(
+                f"{where} ({subject}) is not valid before {cert.not_valid_before_utc:%Y-%m-%d %H:%M:%S} UTC "
+                f"({_PEM_ACCEPTED})"
+            )
+        unique[cert.fingerprint(hashes.SHA256())] = cert.public_bytes(serialization.Encoding.PEM).decode("ascii")
+    return "".join(unique[k] for k in sorted(unique))
+
+
+TrustedCa = Annotated[str, BeforeValidator(_pem_text), AfterValidator(_trusted_ca)]
+
+
+def ca_certificates(bundle: str) -> list[str]:
+    """The PEM certificates of a canonical trustedCa bundle, one text each."""
+    return [f"-----BEGIN CERTIFICATE-----\n{body}-----END CERTIFICATE-----\n" for _, body in _PEM_BLOCK.findall(bundle)]
+
+
 # --- models ---------------------------------------------------------------------------------
 
 
@@ -288,6 +376,10 @@ class UpstreamSettings(_Model):
     password: SecretStr | None = None
     no_upstream: list[NoProxyEntry] = Field(
         default_factory=list, description="Destinations tinyproxy reaches directly, not through the upstream."
+    )
+    trusted_ca: TrustedCa | None = Field(
+        default=None,
+        description="PEM CA certificates of a TLS-inspecting upstream (one text, or a list): public, not a secret.",
     )
 
     @model_validator(mode="after")
@@ -678,6 +770,10 @@ class InjectionSettings(_Model):
         description='A workload or pod with this annotation set to "false" is skipped.',
     )
     kyverno: bool = Field(default=False, description="Create the Kyverno ClusterPolicy that injects the env into pods.")
+    trust_manager: bool = Field(
+        default=False,
+        description="Create a trust-manager Bundle of its default CAs and proxy.upstream.trustedCa (needs trust-manager).",
+    )
 
     @field_validator("exclude_namespaces")
     @classmethod
@@ -860,6 +956,11 @@ class Settings(_Model):
                     f"http://127.0.0.1:{upstream.endpoint[1]}: the firewall then lets tinyproxy reach that address and "
                     "port, and nothing else on the node)"
                 )
+        if self.injection.trust_manager and self.trusted_ca is None:
+            raise ValueError(
+                "injection.trustManager: true needs proxy.upstream.trustedCa, the CA the Bundle would distribute "
+                "(expected trustManager: false, or the PEM CA of a TLS-inspecting upstream)"
+            )
         if not self.deployment.enabled and self.proxy.http_proxy is None:
             raise ValueError(
                 "proxy.httpProxy: required when deployment.enabled is false (expected the URL of the proxy pods should use)"
@@ -907,6 +1008,11 @@ class Settings(_Model):
         """Namespaces with a `proxy-config`: the listed ones, plus the Kyverno clone source when it needs one."""
         extra = {self.deployment.namespace} if self.injection.kyverno and self.has_credentials else set()
         return sorted(set(self.namespaces) | extra)
+
+    @property
+    def trusted_ca(self) -> str | None:
+        """The corporate CA bundle (canonical PEM) of a TLS-inspecting upstream, or None."""
+        return self.proxy.upstream.trusted_ca if self.proxy.upstream else None
 
     @property
     def node_http_proxy(self) -> str | None:

@@ -13,6 +13,11 @@ variable it does not set; the runtime variables follow the workload's selection
 (`runtimes.annotation` on the workload or its pod template, else its namespace's,
 else the cluster-wide flags). With credentials the proxy URLs are `secretKeyRef`s
 to the namespace's `proxy-config` Secret, and only namespaces that have one are touched.
+
+With `proxy.upstream.trustedCa`, in a namespace that has `proxy-trust` (`render.trust.bundle_in`), each
+container that `receives_trust` also gets the trust variables, the bundle mounted read-only and, with the
+java runtime, the truststore in JDK_JAVA_OPTIONS; the Pod gets the volume once. A Pod whose own volume
+`proxy-trust` is something else gets none of it (`volume_free`).
 """
 
 from __future__ import annotations
@@ -25,6 +30,15 @@ from typing import Any, Protocol
 import pulumi
 
 from .render.env import WORKLOAD_KINDS, ProxyValues, additions, pod_env
+from .render.trust import (
+    BUNDLE_NAME,
+    bundle_in,
+    receives_trust,
+    trust_env_vars,
+    trust_volume,
+    trust_volume_mount,
+    volume_free,
+)
 from .settings import Settings
 
 __all__ = ["WORKLOAD_TYPES", "inject_proxy_env", "proxy_env_transform"]
@@ -64,19 +78,33 @@ def _annotations(*metadata: Any) -> dict[str, Any]:
     return merged
 
 
-def _with_env(containers: Any, entries: list[Obj]) -> Any:
-    """Each container with what `additions` gives it appended; a container whose env is unknown is left alone."""
+def _with_env(containers: Any, entries: list[Obj], trusted: list[Obj] | None) -> tuple[Any, bool]:
+    """Each container with what `additions` gives it appended, and the trust group (`trusted`: the entries with the
+    truststore in JDK_JAVA_OPTIONS; None: none in this Pod) when `receives_trust`; whether any got the trust group.
+    A container whose env or volumeMounts are unknown is left alone."""
     if not isinstance(containers, list):
-        return containers
-    out = []
+        return containers, False
+    out, mounted = [], False
     for container in containers:
         existing = container.get("env") if isinstance(container, Mapping) else None
+        mounts = container.get("volumeMounts") if isinstance(container, Mapping) else None
         if not isinstance(container, Mapping) or not isinstance(existing or [], list):
             out.append(container)  # an Output or other unknown: leave the container alone
             continue
-        added = additions(container, entries)
+        trust = trusted is not None and isinstance(mounts or [], list) and receives_trust(container)
+        added = additions(container, trusted if trust and trusted is not None else entries)
+        if trust:
+            mounted = True
+            added += trust_env_vars()
+            container = {**container, "volumeMounts": [*(mounts or []), trust_volume_mount()]}
         out.append({**container, "env": [*(existing or []), *added]} if added else container)
-    return out
+    return out, mounted
+
+
+def _with_volume(pod_spec: Obj) -> None:
+    volumes = pod_spec.get("volumes") or []
+    if not any(isinstance(v, Mapping) and v.get("name") == BUNDLE_NAME for v in volumes):
+        pod_spec["volumes"] = [*volumes, trust_volume()]
 
 
 def proxy_env_transform(settings: Settings, values: ProxyValues) -> Transform:
@@ -90,6 +118,7 @@ def proxy_env_transform(settings: Settings, values: ProxyValues) -> Transform:
     excluded = set(injection.exclude_namespaces)
     secret_namespaces = set(settings.proxy_config_namespaces) if settings.has_credentials else None
     env_for = functools.cache(lambda selection: pod_env(settings, values.select(selection)))
+    trusted_for = functools.cache(lambda selection: pod_env(settings, values.select(selection).trusted()))
 
     def transform(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
         path = WORKLOAD_TYPES.get(args.type_)
@@ -125,10 +154,17 @@ def proxy_env_transform(settings: Settings, values: ProxyValues) -> Transform:
         )
         selection = settings.runtimes.select(namespace, _annotations(metadata, template_meta), where)
         entries = env_for(selection)
+        volumes = pod_spec.get("volumes")
+        trust = bundle_in(settings, namespace) and isinstance(volumes or [], list) and volume_free(pod_spec)
+        trusted = trusted_for(selection) if trust else None
         pod_spec = dict(pod_spec)
+        mounted = False
         for field in ("containers", "initContainers", "ephemeralContainers"):
             if field in pod_spec:
-                pod_spec[field] = _with_env(pod_spec[field], entries)
+                pod_spec[field], got = _with_env(pod_spec[field], entries, trusted)
+                mounted = mounted or got
+        if mounted:
+            _with_volume(pod_spec)
         parent[path[-1]] = pod_spec
         return pulumi.ResourceTransformResult(props=props, opts=args.opts)
 

@@ -12,6 +12,7 @@ pod ranges too (a pool's `pod_subnet_id` when it has one). The API server's
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -218,7 +219,9 @@ def http_proxy_config(
     takes neither credentials nor an https:// httpProxy. `no_proxy` is the
     composed list (settings plus `network`). `network` must not come from the
     same cluster's outputs (a cycle): build it from the values the cluster is
-    created with, or the subnet and VNet resources it uses.
+    created with, or the subnet and VNet resources it uses. `trusted_ca`
+    (AKS wants the PEM base64-encoded) defaults to `proxy.upstream.trustedCa`,
+    encoded: AKS installs it on the nodes.
     """
     with cloud_sdk(*_EXTRA):
         from pulumi_azure_native import containerservice
@@ -254,6 +257,8 @@ def http_proxy_config(
         no_proxy = list(parsed.no_proxy().tokens())
     else:
         no_proxy = network.values().apply(lambda values: list(parsed.no_proxy(values).tokens()))
+    if trusted_ca is None and parsed.trusted_ca is not None:
+        trusted_ca = base64.b64encode(parsed.trusted_ca.encode("ascii")).decode("ascii")
     return containerservice.ManagedClusterHTTPProxyConfigArgs(
         http_proxy=http, https_proxy=https, no_proxy=no_proxy, trusted_ca=trusted_ca
     )

@@ -8,6 +8,15 @@ kubelet units' drop-ins, which kubeadm does not read, and static pods get no
 proxy at all. With `capi.exportToKubeadm`, `preKubeadmCommands` export them
 too, always with the complete NO_PROXY, for kubeadm's own downloads
 (kubernetes/kubeadm#2765); the static pods then carry that complete list.
+
+With `proxy.upstream.trustedCa` (a TLS-inspecting upstream), the machines
+trust its CA before containerd pulls and kubelet starts: each certificate is
+a file in `/usr/local/share/ca-certificates/` (Debian and Ubuntu's local
+store), and a oneshot unit ordered `Before=containerd.service kubelet.service`
+runs `update-ca-certificates`, or on the RHEL family copies the files into
+`/etc/pki/ca-trust/source/anchors/` and runs `update-ca-trust extract`. It
+runs at every boot, and `preKubeadmCommands` start it before containerd is
+restarted. Without trustedCa nothing of this is rendered.
 """
 
 from __future__ import annotations
@@ -17,11 +26,14 @@ from typing import Any
 
 import yaml
 
-from ..settings import Settings
+from ..settings import Settings, ca_certificates
 from .env import ProxyValues, env_pairs
 from .helm import helm_values, values_yaml
 
 __all__ = [
+    "CA_DIR",
+    "CA_UNIT",
+    "CA_UNIT_NAME",
     "CONTAINERD_DROPIN",
     "KUBELET_DROPIN",
     "TKG_ADDONS",
@@ -30,6 +42,8 @@ __all__ = [
     "kubeadm_config_spec",
     "kubeadm_config_template_patch",
     "kubeadm_control_plane_patch",
+    "node_ca_files",
+    "node_ca_unit",
     "systemd_dropin",
     "systemd_proxy_secret",
     "tkg_addon_secrets",
@@ -41,6 +55,63 @@ Obj = dict[str, Any]
 CONTAINERD_DROPIN = "/etc/systemd/system/containerd.service.d/http-proxy.conf"
 KUBELET_DROPIN = "/etc/systemd/system/kubelet.service.d/http-proxy.conf"
 _KEYS = {CONTAINERD_DROPIN: "containerdProxy", KUBELET_DROPIN: "kubeletProxy"}
+CA_DIR = "/usr/local/share/ca-certificates"  # Debian/Ubuntu's local CA store, read by update-ca-certificates
+CA_ANCHORS = "/etc/pki/ca-trust/source/anchors"  # the RHEL family's, read by update-ca-trust
+CA_UNIT_NAME = "proxy-component-ca.service"
+CA_UNIT = f"/etc/systemd/system/{CA_UNIT_NAME}"
+_CA_UNIT_KEY = "caUnit"
+_CA_FILE = "proxy-component-upstream-{}.crt"
+_CA_KEY = "upstreamCa{}"
+
+
+def node_ca_files(bundle: str) -> dict[str, tuple[str, str]]:
+    """Each certificate of a trustedCa bundle: its path on the machine -> (its Secret key, its PEM text).
+
+    One certificate a file, as update-ca-certificates expects.
+    """
+    return {
+        f"{CA_DIR}/{_CA_FILE.format(i)}": (_CA_KEY.format(i), pem) for i, pem in enumerate(ca_certificates(bundle), 1)
+    }
+
+
+def node_ca_unit() -> str:
+    """The oneshot unit that puts the CA files into the OS trust store before containerd and kubelet start.
+
+    Debian/Ubuntu: `update-ca-certificates` reads CA_DIR. RHEL family: the files are copied into the anchors
+    directory and `update-ca-trust extract` runs. Neither tool: the unit fails, loudly, rather than letting
+    containerd start without the CA.
+    """
+    script = (
+        "if command -v update-ca-certificates >/dev/null 2>&1; then exec update-ca-certificates; "
+        "elif command -v update-ca-trust >/dev/null 2>&1; then "
+        f"mkdir -p {CA_ANCHORS} && cp {CA_DIR}/{_CA_FILE.format('*')} {CA_ANCHORS}/ && exec update-ca-trust extract; "
+        "else echo proxy-component-ca: neither update-ca-certificates nor update-ca-trust is installed >&2; exit 1; fi"
+    )
+    return (
+        "\n".join(
+            [
+                "[Unit]",
+                "Description=Trust the upstream proxy's CA (proxy-component)",
+                "DefaultDependencies=no",
+                "After=local-fs.target",
+                "Before=containerd.service kubelet.service",
+                "",
+                "[Service]",
+                "Type=oneshot",
+                "RemainAfterExit=yes",
+                f"ExecStart=/bin/sh -c {_unit_quote(script)}",
+                "",
+                "[Install]",
+                "WantedBy=multi-user.target containerd.service kubelet.service",
+            ]
+        )
+        + "\n"
+    )
+
+
+def _unit_quote(script: str) -> str:
+    """One ExecStart argument in double quotes: `%` and `$` would be systemd specifiers and variables."""
+    return '"' + script.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$") + '"'
 
 
 def _systemd_quote(value: str) -> str:
@@ -72,8 +143,16 @@ def _cluster_secret(settings: Settings, suffix: str, data: Obj) -> Obj:
 
 
 def systemd_proxy_secret(settings: Settings, dropin: Any) -> Obj:
-    """`<cluster>-systemd-proxy`: the drop-in for containerd (`containerdProxy`) and kubelet (`kubeletProxy`)."""
-    return _cluster_secret(settings, "systemd-proxy", {"containerdProxy": dropin, "kubeletProxy": dropin})
+    """`<cluster>-systemd-proxy`: the drop-in for containerd (`containerdProxy`) and kubelet (`kubeletProxy`).
+
+    With `proxy.upstream.trustedCa`, also each CA certificate (`upstreamCa1`, ...) and the unit that installs
+    them (`caUnit`).
+    """
+    data: Obj = {"containerdProxy": dropin, "kubeletProxy": dropin}
+    if settings.trusted_ca is not None:
+        data.update({key: pem for key, pem in node_ca_files(settings.trusted_ca).values()})
+        data[_CA_UNIT_KEY] = node_ca_unit()
+    return _cluster_secret(settings, "systemd-proxy", data)
 
 
 def cluster_values_secret(settings: Settings, values_yaml: Any) -> Obj:
@@ -98,6 +177,16 @@ def kubeadm_config_spec(settings: Settings, node_values: ProxyValues | None = No
         for path, key in _KEYS.items()
     ]
     commands = ["systemctl daemon-reload", "systemctl restart containerd"]
+    if settings.trusted_ca is not None:
+        cas = [(path, key) for path, (key, _) in node_ca_files(settings.trusted_ca).items()]
+        files += [
+            {"path": path, "owner": "root:root", "permissions": "0644",
+             "contentFrom": {"secret": {"name": secret, "key": key}}}
+            for path, key in [*cas, (CA_UNIT, _CA_UNIT_KEY)]
+        ]  # fmt: skip
+        # The unit runs the store's update now (and at every boot before containerd and kubelet); containerd,
+        # already running, is restarted after it so that its registry clients read the updated store.
+        commands = ["systemctl daemon-reload", f"systemctl enable --now {CA_UNIT_NAME}", "systemctl restart containerd"]
     if settings.capi.export_to_kubeadm:
         if node_values is None:
             raise ValueError("kubeadm_config_spec: capi.exportToKubeadm needs the node proxy values")

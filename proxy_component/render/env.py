@@ -21,6 +21,7 @@ from typing import Any, Literal
 from ..noproxy import NoProxy
 from ..settings import Runtime, Settings
 from .runtimes import JDK_JAVA_OPTIONS, NO_PROXY_PYTHON, NODE_USE_ENV_PROXY, java_options, python_no_proxy
+from .trust import JAVA_TRUST_OPTIONS
 
 __all__ = [
     "CONFIG_NAME",
@@ -87,8 +88,11 @@ class ProxyValues:
 
     `no_proxy` is the composed list; `no_proxy_python` the Python-safe one (None: the
     same list, as nodes get); `java_options` the JDK_JAVA_OPTIONS value, None when it
-    is not rendered (a proxy with credentials or https://). `selection` is the runtimes
-    these values are for: `select` gives the same values for another selection.
+    is not rendered (a proxy with credentials or https://); `java_trust_options` the
+    value for a container that also gets the trust group (`render.trust`): the proxy
+    properties and the truststore's, None without `proxy.upstream.trustedCa`.
+    `selection` is the runtimes these values are for: `select` gives the same values
+    for another selection, `trusted` those of a container with the trust mount.
     """
 
     http_proxy: Any
@@ -97,9 +101,16 @@ class ProxyValues:
     no_proxy_python: Any = None
     java_options: Any = None
     selection: frozenset[Runtime] = frozenset()
+    java_trust_options: Any = None
 
     def select(self, selection: Iterable[Runtime]) -> ProxyValues:
         return replace(self, selection=frozenset(selection))
+
+    def trusted(self) -> ProxyValues:
+        """The values for a container that gets the trust group: JDK_JAVA_OPTIONS names the truststore too."""
+        if self.java_trust_options is None:
+            return self
+        return replace(self, java_options=self.java_trust_options)
 
     def rendering(self, which: Rendering) -> Any:
         if which == "python" and self.no_proxy_python is not None:
@@ -114,13 +125,15 @@ def workload_values(
 
     `http`/`https` default to the settings' URLs (the component passes them as Outputs).
     """
+    java = java_options(settings.http_proxy, settings.https_proxy, no_proxy).value
     return ProxyValues(
         settings.http_proxy if http is None else http,
         settings.https_proxy if https is None else https,
         str(no_proxy),
         no_proxy_python=python_no_proxy(no_proxy),
-        java_options=java_options(settings.http_proxy, settings.https_proxy, no_proxy).value,
+        java_options=java,
         selection=frozenset(selection),
+        java_trust_options=f"{java} {JAVA_TRUST_OPTIONS}" if java is not None and settings.trusted_ca else None,
     )
 
 

@@ -15,6 +15,12 @@ written. With credentials the proxy URLs are `secretKeyRef`s, and a generate rul
 clones `proxy-config` from the proxy's namespace into every namespace. Ephemeral
 containers arrive through the `pods/ephemeralcontainers` subresource, which a Pod
 CREATE rule never sees; a rule on that subresource covers them.
+
+With `proxy.upstream.trustedCa`, a generate rule clones `proxy-trust` from the proxy's
+namespace into every namespace, and a last foreach gives each container that
+`render.trust.receives_trust` the trust variables and the read-only mount, and the Pod
+the volume (an ephemeral container only when its Pod has the volume already);
+JDK_JAVA_OPTIONS then names the truststore too.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from typing import Any
 
 from ..settings import RUNTIMES, Runtime, Settings
 from .env import CONFIG_NAME, ENV_NAMES, RUNTIME_VARIABLES, ProxyValues, pod_env
+from .trust import BUNDLE_NAME, MOUNT_PATH, TRUST_NAMES, trust_env_vars, trust_volume, trust_volume_mount
 
 __all__ = ["POLICY_NAME", "cluster_policy", "selected_expression"]
 
@@ -73,25 +80,73 @@ def _no_proxy_names() -> list[Obj]:
     ]
 
 
-def _foreach(field: str, conditions: list[Obj], env: list[Obj]) -> Obj:
+def _some(expression: str) -> Obj:
+    return {"key": f"{{{{ {expression} || `[]` | length(@) }}}}", "operator": "GreaterThanOrEquals", "value": 1}
+
+
+def _foreach(
+    field: str, conditions: list[Obj], env: list[Obj], any_of: list[Obj] | None = None, trust: bool = False
+) -> Obj:
+    container: Obj = {"(name)": "{{ element.name }}", "env": env}
+    spec: Obj = {field: [container]}
+    if trust:
+        container["volumeMounts"] = [trust_volume_mount()]
+        if field != "ephemeralContainers":  # a running Pod's volumes cannot change: it must have the volume already
+            spec = {"volumes": [trust_volume()], **spec}
+    preconditions: Obj = {"all": conditions}
+    if any_of:
+        preconditions["any"] = any_of
     return {
         "list": f"request.object.spec.{field}",
-        "preconditions": {"all": conditions},
-        "patchStrategicMerge": {"spec": {field: [{"(name)": "{{ element.name }}", "env": env}]}},
+        "preconditions": preconditions,
+        "patchStrategicMerge": {"spec": spec},
     }
 
 
+# The trust group's tests (`render.trust.receives_trust` and `volume_free`), as (expression, wanted) pairs: the
+# container sets no trust variable and mounts nothing at the path or of the name; the Pod has no other volume of the
+# name (and, for an ephemeral container, which cannot add one, it has the bundle's).
+def _trust_tests(field: str) -> list[tuple[str, bool]]:
+    paths = _literal([MOUNT_PATH, f"{MOUNT_PATH}/"])
+    tests = [
+        (f"element.env[?contains({_literal(list(TRUST_NAMES))}, name)]", False),
+        (f"element.volumeMounts[?name=='{BUNDLE_NAME}' || contains({paths}, mountPath)]", False),
+        (f"request.object.spec.volumes[?name=='{BUNDLE_NAME}' && configMap.name!='{BUNDLE_NAME}']", False),
+    ]
+    if field == "ephemeralContainers":
+        tests.append((f"request.object.spec.volumes[?name=='{BUNDLE_NAME}' && configMap.name=='{BUNDLE_NAME}']", True))
+    return tests
+
+
+def _receives_trust(field: str) -> list[Obj]:
+    return [_some(e) if wanted else _count(e) for e, wanted in _trust_tests(field)]
+
+
+def _lacks_trust(field: str) -> list[Obj]:
+    """Any one of these holds when the container does not get the trust group."""
+    return [_count(e) if wanted else _some(e) for e, wanted in _trust_tests(field)]
+
+
 def _foreaches(settings: Settings, values: ProxyValues, field: str) -> list[Obj]:
-    """The runtime variables first (each when selected and not set), then the six (NO_PROXY per python)."""
+    """The runtime variables first (each when selected and not set; JDK_JAVA_OPTIONS with the truststore when the
+    container gets the trust group), then the six (NO_PROXY per python), then the trust group."""
     out = []
     everything = {entry["name"]: entry for entry in pod_env(settings, values.select(RUNTIMES))}
+    trusted = {entry["name"]: entry for entry in pod_env(settings, values.select(RUNTIMES).trusted())}
+    trust = settings.trusted_ca is not None
     for runtime, name in RUNTIME_VARIABLES.items():
         if name in everything:
-            own = _count(f"element.env[?name=='{name}']")
-            out.append(_foreach(field, [*_no_proxy_names(), own, _is(settings, runtime, True)], [everything[name]]))
+            conditions = [*_no_proxy_names(), _count(f"element.env[?name=='{name}']"), _is(settings, runtime, True)]
+            if trust and trusted[name] != everything[name]:
+                out.append(_foreach(field, [*conditions, *_receives_trust(field)], [trusted[name]]))
+                out.append(_foreach(field, conditions, [everything[name]], any_of=_lacks_trust(field)))
+            else:
+                out.append(_foreach(field, conditions, [everything[name]]))
     for python in (False, True):
         six = [e for e in pod_env(settings, values.select(["python"] if python else [])) if e["name"] in ENV_NAMES]
         out.append(_foreach(field, [*_no_proxy_names(), _is(settings, "python", python)], six))
+    if trust:
+        out.append(_foreach(field, _receives_trust(field), trust_env_vars(), trust=True))
     return out
 
 
@@ -149,9 +204,24 @@ def _clone_rule(settings: Settings) -> Obj:
     }
 
 
+def _clone_trust_rule(settings: Settings) -> Obj:
+    """`proxy-trust` cloned into every namespace, so that every Pod the policy gives the trust group can mount it."""
+    rule = _clone_rule(settings)
+    rule["name"] = "clone-proxy-trust"
+    rule["generate"] = {
+        **rule["generate"],
+        "kind": "ConfigMap",
+        "name": BUNDLE_NAME,
+        "clone": {"namespace": settings.deployment.namespace, "name": BUNDLE_NAME},
+    }
+    return rule
+
+
 def cluster_policy(settings: Settings, values: ProxyValues) -> Obj:
     """The ClusterPolicy; `values` are used as literals except for credentialed URLs (whatever their selection)."""
     rules = [_clone_rule(settings)] if settings.has_credentials else []
+    if settings.trusted_ca is not None:
+        rules.append(_clone_trust_rule(settings))
     rules += [_inject_rule(settings, values, field, kind, present) for field, kind, present in _LISTS]
     return {
         "apiVersion": "kyverno.io/v1",

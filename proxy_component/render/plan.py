@@ -27,6 +27,7 @@ from .env import ProxyValues, proxy_config_object
 from .helm import check_values_secrets, profile_values, values_secret, values_secret_name, values_yaml
 from .kyverno import cluster_policy
 from .proxy import config_object, daemonset, service
+from .trust import trust_bundle_object, trust_manager_bundle, trust_namespaces
 
 __all__ = ["PlanInputs", "Planned", "check_allow_sources", "check_unique", "node_values", "plan"]
 
@@ -144,8 +145,13 @@ def plan(settings: Settings, inputs: PlanInputs) -> list[Planned]:
     for namespace in settings.proxy_config_namespaces:
         obj = proxy_config_object(settings, namespace, inputs.values)
         planned.append(Planned(f"proxy-config/{namespace}", f"-proxy-config-{namespace}", obj))
+    for namespace in trust_namespaces(settings):
+        obj = trust_bundle_object(settings, namespace)
+        planned.append(Planned(f"proxy-trust/{namespace}", f"-proxy-trust-{namespace}", obj))
     if settings.injection.kyverno:
         planned.append(Planned("kyverno-policy", "-kyverno-policy", cluster_policy(settings, inputs.values)))
+    if settings.injection.trust_manager:
+        planned.append(Planned("trust-manager-bundle", "-trust-manager-bundle", trust_manager_bundle(settings)))
     for spec in settings.helm_values_secrets:
         name = values_secret_name(spec)
         helm = inputs.helm_values or functools.partial(_profile_values, settings, inputs.values)

@@ -371,11 +371,20 @@ def probe(settings: Settings) -> Obj:
     return {"httpGet": http, "periodSeconds": 10, "timeoutSeconds": 2, "failureThreshold": 3}
 
 
+# Nodes that never run DaemonSet pods, by label: virtual-kubelet's (AKS virtual nodes, ACI, Alibaba ECI, ...) and EKS
+# Fargate's. The proxy tolerates every taint, so without these terms its pods would be bound there and stay Pending.
+NO_DAEMONSET_LABELS = {"eks.amazonaws.com/compute-type": "fargate", "type": "virtual-kubelet"}
+
+
 def _placement(settings: Settings) -> Obj:
-    """Keep the proxy off control-plane nodes unless `deployment.controlPlane` asks for them."""
-    if settings.deployment.control_plane:
-        return {}
-    term = {"matchExpressions": [{"key": CONTROL_PLANE_LABEL, "operator": "DoesNotExist"}]}
+    """Off nodes that cannot run it (virtual kubelets, Fargate); off control-plane nodes unless
+    `deployment.controlPlane` asks for them."""
+    expressions: list[Obj] = [
+        {"key": key, "operator": "NotIn", "values": [value]} for key, value in sorted(NO_DAEMONSET_LABELS.items())
+    ]
+    if not settings.deployment.control_plane:
+        expressions.insert(0, {"key": CONTROL_PLANE_LABEL, "operator": "DoesNotExist"})
+    term = {"matchExpressions": expressions}
     return {
         "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
     }

@@ -16,11 +16,13 @@ import functools
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import textwrap
 import time
 from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -32,6 +34,8 @@ from proxy_component.check import CHECK_NAME, SERVICES, Access, accesses, check_
 from proxy_component.render import plain_values
 from proxy_component.render.env import pod_env
 from proxy_component.settings import Settings, load_settings, parse_settings
+from tests.integration import test_probe_live as probe_live
+from tests.pki import make_ca
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.cluster
@@ -61,6 +65,23 @@ componentsPatches:
   extraArgs:
   - {{key: manage-all-nodes, value: "false"}}
   - {{key: manage-nodes-with-annotation-selector, value: kwok.x-k8s.io/node=fake}}
+"""
+# What kwok answers to `kubectl logs` in kube-system (CRI log format), for the probe's end-to-end test: the probe
+# pods' container and the proxy pods' (the API server reaches kwok at the nodes' Hostname, localhost).
+KWOK_LOGS = """\
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: ClusterLogs
+metadata:
+  name: kube-system-logs
+spec:
+  selector:
+    matchNamespaces: [kube-system]
+  logs:
+  - containers: [probe]
+    logsFile: {probe}
+  - containers: [tinyproxy]
+    logsFile: {tinyproxy}
 """
 RBAC_LABELS = "app.kubernetes.io/part-of=proxy-component,app.kubernetes.io/component=check"
 SERVICE_ACCOUNT = f"system:serviceaccount:kube-system:{CHECK_NAME}"
@@ -134,9 +155,12 @@ class Live:
                          "--ignore-not-found")  # fmt: skip
         self.rollout()
 
-    def grant(self, settings: Path, edit: Callable[[list[dict[str, Any]]], None] | None = None) -> None:
+    def grant(
+        self, settings: Path, edit: Callable[[list[dict[str, Any]]], None] | None = None, probe: bool = False
+    ) -> None:
         """Bind the ServiceAccount to exactly the roles rendered for `settings` (edited by `edit`), nothing else."""
-        objects = list(yaml.safe_load_all(self.render(settings, "--format", "check-rbac")))
+        extra = ("--probe",) if probe else ()
+        objects = list(yaml.safe_load_all(self.render(settings, "--format", "check-rbac", *extra)))
         if edit is not None:
             edit(objects)
         self.kubectl("delete", "clusterrole,clusterrolebinding,role,rolebinding", "-A", "-l", RBAC_LABELS)
@@ -145,9 +169,11 @@ class Live:
             for rule in obj.get("rules", []):
                 names = rule.get("resourceNames", [""])
                 group = rule["apiGroups"][0]
-                resource = rule["resources"][0] + (f".{group}" if group else "")
+                resource, _, subresource = rule["resources"][0].partition("/")
+                resource += f".{group}" if group else ""
                 target = f"{resource}/{names[0]}" if names[0] else resource
                 scope = ["-n", obj["metadata"]["namespace"]] if "namespace" in obj["metadata"] else []
+                scope += [f"--subresource={subresource}"] if subresource else []
                 args = (rule["verbs"][0], target, *scope)
                 _wait(functools.partial(self.can_i, *args), f"{SERVICE_ACCOUNT} may {' '.join(args)}")
 
@@ -173,9 +199,11 @@ def _wait(condition: Callable[[], bool], what: str, timeout: float = 60) -> None
 
 
 @contextlib.contextmanager
-def granted(live: Live, settings: Path, edit: Callable[[list[dict[str, Any]]], None] | None = None) -> Iterator[None]:
+def granted(
+    live: Live, settings: Path, edit: Callable[[list[dict[str, Any]]], None] | None = None, probe: bool = False
+) -> Iterator[None]:
     """Run under the roles of other settings, then go back to the module's."""
-    live.grant(settings, edit)
+    live.grant(settings, edit, probe)
     try:
         yield
     finally:
@@ -186,7 +214,7 @@ def granted(live: Live, settings: Path, edit: Callable[[list[dict[str, Any]]], N
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     workdir = tmp_path_factory.mktemp("cluster")
     extra = workdir / "kwokctl-extra.yaml"
-    extra.write_text(KWOKCTL)
+    extra.write_text(KWOKCTL + KWOK_LOGS.format(probe=workdir / "probe.log", tinyproxy=workdir / "tinyproxy.log"))
     env = {
         **os.environ,
         "PROXY_COMPONENT_CLUSTER": f"pc-check-{os.getpid()}",
@@ -414,6 +442,47 @@ def test_an_edited_proxy_config(live: Live) -> None:
         live.apply_rendered()
 
 
+def _trust_settings(live: Live, name: str, pem: str) -> Path:
+    upstream = {"url": "http://proxy.corp.example:3128", "trustedCa": pem}
+    return live.write(name, SETTINGS + yaml.safe_dump({"proxy": {"upstream": upstream}}))
+
+
+def test_a_missing_or_stale_trust_bundle(live: Live) -> None:
+    """proxy-trust (proxy.upstream.trustedCa) in each listed namespace, read by name under the rendered role."""
+    trust = _trust_settings(live, "trust.yaml", make_ca("Corp CA").cert_pem)
+    rotated = _trust_settings(live, "rotated.yaml", make_ca("Corp CA 2027").cert_pem)
+
+    def apply(settings: Path) -> None:  # server-side: the bundle is larger than client-side apply's annotation
+        live.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=live.render(settings))
+
+    try:
+        with granted(live, trust):
+            apply(trust)
+            live.rollout()
+            assert live.findings(trust) == []
+            live.kubectl("-n", "team-a", "delete", "configmap", "proxy-trust")
+            assert live.findings(trust) == [
+                {
+                    "kind": "proxy-trust-missing",
+                    "object": "ConfigMap team-a/proxy-trust",
+                    "severity": "error",
+                    "message": "missing: Pods given the trust group mount it and do not start without it",
+                }
+            ]
+            apply(trust)
+            stale = live.findings(rotated)  # the settings name a new CA; the cluster still has the old one
+            assert [(f["kind"], f["object"]) for f in stale] == [
+                ("proxy-trust-differs", "ConfigMap default/proxy-trust"),
+                ("proxy-trust-differs", "ConfigMap team-a/proxy-trust"),
+            ]
+            assert "ca-bundle.crt, corporate-ca.crt, truststore.p12" in stale[0]["message"]
+    finally:
+        live.kubectl("delete", "configmap", "proxy-trust", "-n", "default", "--ignore-not-found")
+        live.kubectl("delete", "configmap", "proxy-trust", "-n", "team-a", "--ignore-not-found")
+        live.apply_rendered()
+    assert live.findings() == []
+
+
 def _deployment(
     name: str, annotations: dict[str, str] | None = None, env_from: bool = False, env: dict[str, str] | None = None
 ) -> str:
@@ -573,8 +642,8 @@ def test_a_token_without_rights_is_403_exit_2_naming_what(live: Live, tmp_path: 
     assert result.stderr == (
         f"proxy-component check: {live.server}: 403 Forbidden: nodes is forbidden: User "
         '"system:serviceaccount:default:viewer-without-rights" cannot list resource "nodes" in API group "" at the '
-        "cluster scope: check needs the roles that `proxy-component render CONFIG --format check-rbac` writes, bound "
-        "to this identity\n"
+        "cluster scope: check needs the roles that `proxy-component render CONFIG --format check-rbac` writes (with "
+        "--probe for check --probe), bound to this identity\n"
     )
 
 
@@ -625,3 +694,159 @@ def test_a_namespace_that_enforces_a_stricter_pod_security_level(live: Live) -> 
     finally:
         live.kubectl("label", "namespace", "kube-system", "pod-security.kubernetes.io/enforce-")
     assert live.findings() == []
+
+
+# --- check --probe ------------------------------------------------------------------------------------------------
+# kwok's nodes run no containers: a probe pod is Running there but never runs its script. What this shows: one pod
+# per node with a proxy pod, pinned and built as documented, created and deleted under exactly the rendered role,
+# the deadline turning "no result" into a timeout per node and URL, and no pod left after an interrupt. The
+# script's transcripts and their judging are shown with a real tinyproxy (tests/integration/test_probe_live.py).
+
+PROBE_SELECTOR = "app.kubernetes.io/part-of=proxy-component,app.kubernetes.io/component=check-probe"
+# The real tinyproxy and busybox of the integration test, as fixtures here too.
+start_proxy = probe_live.start_proxy
+busybox_path = probe_live.busybox_path
+
+
+def _probe_pods(live: Live) -> list[dict[str, Any]]:
+    pods: list[dict[str, Any]] = json.loads(
+        live.kubectl("-n", "kube-system", "get", "pods", "-l", PROBE_SELECTOR, "-o", "json")
+    )["items"]
+    return pods
+
+
+def _check_process(live: Live, *args: str) -> subprocess.Popen[str]:
+    command = ["check", str(live.settings), "--kubeconfig", str(live.role_kubeconfig), *args]
+    return subprocess.Popen([sys.executable, "-m", "proxy_component.cli", *command], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=ROOT)  # fmt: skip
+
+
+def test_probe_pins_a_pod_per_node_under_exactly_the_rendered_role_and_removes_them(live: Live) -> None:
+    ds = json.loads(live.kubectl("-n", "kube-system", "get", "daemonset", "http-proxy", "-o", "json"))
+    proxies = json.loads(live.kubectl("-n", "kube-system", "get", "pods", "-l", "app=http-proxy", "-o", "json"))
+    proxy_nodes = sorted(p["spec"]["nodeName"] for p in proxies["items"])
+    assert len(proxy_nodes) == 3
+    with granted(live, live.settings, probe=True):
+        assert live.can_i("create", "pods", "-n", "kube-system")
+        assert live.can_i("delete", "pods", "-n", "kube-system")
+        assert live.can_i("get", "pods", "--subresource=log", "-n", "kube-system")
+        assert not live.can_i("create", "pods", "-n", "default")
+        assert not live.can_i("create", "pods", "--subresource=exec", "-n", "kube-system")
+        assert not live.can_i("create", "pods", "--subresource=portforward", "-n", "kube-system")
+        assert not live.can_i("get", "pods", "-n", "kube-system")
+        urls = ["https://registry.example/v2/", "http://mirror.example/"]
+        proc = _check_process(live, "--json", "--probe", *urls, "--probe-timeout", "2", "--probe-deadline", "15")
+        seen: dict[str, dict[str, Any]] = {}
+        try:
+            deadline = time.monotonic() + 30
+            while proc.poll() is None and time.monotonic() < deadline:
+                for pod in _probe_pods(live):
+                    seen[pod["metadata"]["name"]] = pod
+                time.sleep(0.3)
+            stdout, stderr = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 1, stdout + stderr
+        assert _probe_pods(live) == [], "every probe pod is deleted"
+    assert sorted(p["spec"]["nodeName"] for p in seen.values()) == proxy_nodes
+    for pod in seen.values():
+        spec = pod["spec"]
+        (container,) = spec["containers"]
+        assert container["image"] == ds["spec"]["template"]["spec"]["containers"][0]["image"]
+        assert container["command"][:2] == ["/bin/sh", "-c"]
+        assert spec["activeDeadlineSeconds"] == 15
+        assert spec["tolerations"] == [{"operator": "Exists"}]
+        assert spec["restartPolicy"] == "Never"
+        assert spec["automountServiceAccountToken"] is False
+        assert container["securityContext"] == {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "privileged": False,
+            "capabilities": {"drop": ["ALL"]},
+        }
+        assert pod["metadata"]["namespace"] == "kube-system"
+    rows = [r for r in json.loads(stdout) if r["kind"] == "probe"]
+    assert [(r["node"], r["url"], r["outcome"]) for r in rows] == [
+        (node, url, "timeout") for node in proxy_nodes for url in urls
+    ]
+    assert all(r["severity"] == "error" and "gave no complete result within 15 s" in r["detail"] for r in rows)
+    assert stderr.endswith(f"clean, 0 of 6 probe(s) ok ({stderr.rsplit('(', 1)[1]}")
+
+
+def test_an_interrupted_probe_leaves_no_pod(live: Live) -> None:
+    with granted(live, live.settings, probe=True):
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            proc = _check_process(live, "--probe", "https://registry.example/", "--probe-deadline", "60")
+            try:
+                _wait(lambda: len(_probe_pods(live)) == 3, "three probe pods")
+                proc.send_signal(signum)
+                _, stderr = proc.communicate(timeout=30)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+            assert proc.returncode == 130, stderr
+            assert "interrupted (probe pods deleted)" in stderr
+            assert _probe_pods(live) == [], signum
+
+
+def test_probe_without_the_probe_role_is_403_exit_2_and_leaves_nothing(live: Live) -> None:
+    result = live.check("--probe", "https://registry.example/", "--probe-deadline", "20")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert 'cannot create resource "pods" in API group "" in the namespace "kube-system"' in result.stderr
+    assert "--format check-rbac" in result.stderr
+    assert _probe_pods(live) == []
+
+
+def _cri_log(text: str) -> str:
+    """Container output as the kubelet stores it (CRI log format, stamped now: check asks for recent lines only),
+    which kwok serves as a pod's log."""
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f000Z")
+    return "".join(f"{stamp} stdout F {line}\n" for line in text.splitlines())
+
+
+def test_probe_end_to_end_with_a_real_transcript_served_as_the_pods_log(
+    live: Live, start_proxy: Callable[[Settings], Any], busybox_path: str, tmp_path: Path
+) -> None:
+    """kwok runs no container, so the test plays the kubelet: it runs a created probe pod's own script (the node's
+    proxy port rewritten to a real tinyproxy's on loopback) with busybox, hands the output to kwok as the probe
+    container's log and tinyproxy's as the proxy pods', and marks the pods Succeeded. `check` then reads both
+    logs through the API server and judges them: the Filter, a DNS failure told by the proxy pod's log, an http
+    origin. (TLS is left out here: every pod's ClientHello is its own, and kwok serves one log to all of them.)"""
+    with probe_live.serving(probe_live._Http()) as plain:
+        proxy = start_proxy(probe_live._settings([plain.port]))
+        urls = ["https://blocked.example/", "https://nothing.invalid/", f"http://127.0.0.1:{plain.port}/"]
+        with granted(live, live.settings, probe=True):
+            proc = _check_process(live, "--json", "--probe", *urls, "--probe-timeout", "3", "--probe-deadline", "60")
+            try:
+                _wait(lambda: len(_probe_pods(live)) == 3, "three probe pods")
+                pods = _probe_pods(live)
+                script = pods[0]["spec"]["containers"][0]["command"][2]
+                assert script.count('nc "$PROXY_HOST" 8888') == 1
+                scratch = tmp_path / "scratch"
+                scratch.mkdir()
+                env = {"PATH": busybox_path, "PROXY_HOST": "127.0.0.1", "PROBE_DIR": str(scratch)}
+                ran = subprocess.run(
+                    [f"{busybox_path}/sh", "-c", script.replace('"$PROXY_HOST" 8888', f'"$PROXY_HOST" {proxy.port}')],
+                    env=env, capture_output=True, text=True, timeout=30,
+                )  # fmt: skip
+                assert ran.returncode == 0, ran.stderr
+                (live.workdir / "probe.log").write_text(_cri_log(ran.stdout))
+                (live.workdir / "tinyproxy.log").write_text(_cri_log(proxy.log_text()))
+                for pod in pods:
+                    live.kubectl("-n", "kube-system", "patch", "pod", pod["metadata"]["name"], "--subresource=status",
+                                 "--type=merge", "-p", '{"status": {"phase": "Succeeded"}}')  # fmt: skip
+                stdout, stderr = proc.communicate(timeout=60)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+            assert proc.returncode == 1, stdout + stderr
+            assert _probe_pods(live) == []
+    rows = [r for r in json.loads(stdout) if r["kind"] == "probe"]
+    nodes = sorted({p["spec"]["nodeName"] for p in pods})
+    assert [(r["node"], r["url"], r["outcome"]) for r in rows] == [
+        (node, url, outcome) for node in nodes
+        for url, outcome in zip(urls, ["filtered", "dns-failure", "ok"], strict=True)
+    ]  # fmt: skip
+    assert rows[2]["detail"] == "the origin answered HTTP/1.1 204 No Content"

@@ -428,3 +428,24 @@ def test_helm_values_and_kustomization_for_a_runtime_selection(mocked: Harness) 
     assert '"NODE_USE_ENV_PROXY"' in patch["patches"][0]["patch"]
     with pytest.raises(ValueError, match="runtimes: 'jvm' is not a list of runtimes"):
         proxy.kustomization(kind="Deployment", name="web", runtimes="jvm")
+
+
+def test_a_trusted_ca_that_reaches_no_pod_is_said_in_the_preview(
+    mocked: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    from tests.pki import make_ca
+
+    caplog.set_level("WARNING")
+    upstream = {"url": "http://proxy.corp:3128", "trustedCa": make_ca().cert_pem}
+    ClusterProxy("lost", ClusterProxyArgs(settings={**IPV6_ONLY, "namespaces": [], "proxy": {"upstream": upstream}}))
+    mocked.settle()
+    lost = [m for level, m in mocked.logs(caplog) if level == "WARNING" and "trustedCa" in m]
+    assert lost == [
+        "proxy.upstream.trustedCa: no namespace gets proxy-trust (namespaces is empty and injection.kyverno is off), "
+        "so no Pod gets the CA (list the workloads' namespaces in namespaces, or turn on injection.kyverno)"
+    ]
+    caplog.clear()
+    ClusterProxy("reached", ClusterProxyArgs(settings={**IPV6_ONLY, "proxy": {"upstream": upstream}}))
+    mocked.settle()
+    assert IPV6_ONLY["namespaces"], "the example lists namespaces"
+    assert not [m for level, m in mocked.logs(caplog) if "trustedCa" in m]

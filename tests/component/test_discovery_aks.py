@@ -394,3 +394,29 @@ def test_http_proxy_config_refuses_what_nodes_cannot_use(
         aks.http_proxy_config(settings, http_proxy=http_proxy)
     assert raised.value.problems == [message]
     assert "s3cret" not in str(raised.value)
+
+
+def test_http_proxy_config_passes_the_upstreams_trusted_ca_base64_encoded(mocked: Harness) -> None:
+    """AKS's trustedCa is the PEM, base64-encoded; it defaults to proxy.upstream.trustedCa, an explicit one wins."""
+    import base64
+
+    from tests.pki import make_ca
+
+    first, second = make_ca("Corp Inspecting CA"), make_ca("Corp Second CA")
+    upstream = {**SETTINGS["proxy"]["upstream"], "trustedCa": [first.cert_pem, second.cert_pem]}
+    settings = {**SETTINGS, "proxy": {**SETTINGS["proxy"], "upstream": upstream}}
+    config = aks.http_proxy_config(settings)
+    containerservice.ManagedCluster(
+        "prod",
+        resource_group_name="rg-prod",
+        dns_prefix="prod-aks",
+        network_profile={"network_plugin": "kubenet", "pod_cidr": "10.244.0.0/16", "service_cidr": "10.0.0.0/16"},
+        http_proxy_config=config,
+    )
+    registered = mocked.one(CLUSTER, "prod").inputs["httpProxyConfig"]
+    decoded = base64.b64decode(registered["trustedCa"], validate=True).decode("ascii")
+    assert first.cert_pem in decoded
+    assert second.cert_pem in decoded
+    assert decoded.count("-----BEGIN CERTIFICATE-----") == 2
+    assert aks.http_proxy_config(settings, trusted_ca="LS0tLS1CRUdJTi0tLS0t").trusted_ca == "LS0tLS1CRUdJTi0tLS0t"
+    assert aks.http_proxy_config(SETTINGS).trusted_ca is None

@@ -6,6 +6,7 @@ and `pulumi up` into a rendered directory, compared object for object with `prox
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -23,8 +24,8 @@ PASSWORD = "yaml-s3cret-77"
 
 @pytest.fixture(scope="session")
 def hosts() -> Path:
-    """The bin directory with the YAML and Node.js hosts too."""
-    return build_engine("cli", "python", "kubernetes", "yaml", "nodejs")
+    """The bin directory with the YAML, Node.js and Go hosts too."""
+    return build_engine("cli", "python", "kubernetes", "yaml", "nodejs", "go")
 
 
 @pytest.fixture
@@ -73,7 +74,10 @@ def test_the_schema_is_the_checked_in_snapshot(project_factory: Any, hosts: Path
     project: Project = project_factory("examples/yaml", "ci", "schema")
     _home(project, hosts)
     schema = json.loads(project.run("package", "get-schema", str(plugin)).stdout)
-    assert schema == json.loads((ROOT / "provider/schema.json").read_text())
+    snapshot = ROOT / "provider/schema.json"
+    if os.environ.get("PROXY_COMPONENT_UPDATE_SCHEMA") == "1":  # after a settings change: review the diff, commit
+        snapshot.write_text(json.dumps(schema, indent=2, sort_keys=True) + "\n")
+    assert schema == json.loads(snapshot.read_text())
 
 
 # The settings of the Python example program examples/ipv6-only, which the YAML and TypeScript examples repeat.
@@ -111,6 +115,27 @@ def test_a_typescript_program_writes_the_objects_the_python_example_writes(
     assert "Traceback" not in up.stdout + up.stderr
     assert read_rendered(project.dir / "rendered") == _render(IPV6_ONLY, tmp_path)
     assert project.outputs()["proxyUrl"] == "http://http-proxy.kube-system.svc.k8s.internal:8888"
+    project.run("preview", "--expect-no-changes")
+
+
+def test_a_go_program_writes_the_objects_the_python_example_writes(
+    project_factory: Any, hosts: Path, plugin: Path, tmp_path: Path
+) -> None:
+    project: Project = project_factory("examples/go", "ci", "go")
+    project.env["PATH"] = f"{hosts}:{project.env['PATH']}"
+    _home(project, hosts)
+    added = project.run("package", "add", str(plugin), timeout=900)
+    assert "Added package proxy-component" in added.stdout + added.stderr
+    gomod = (project.dir / "go.mod").read_text()
+    assert "replace example.com/pulumi-proxy-component/sdk/go => ./sdks/proxy-component" in gomod
+    assert "github.com/pulumi/pulumi/sdk/v3 v3.259.0" in gomod
+    project.init()
+    up = project.up()
+    assert "panic:" not in up.stdout + up.stderr
+    assert read_rendered(project.dir / "rendered") == _render(IPV6_ONLY, tmp_path)
+    outputs = project.outputs()
+    assert outputs["proxyUrl"] == "http://http-proxy.kube-system.svc.k8s.internal:8888"
+    assert outputs["noProxy"] == next(e["value"] for e in outputs["env"] if e["name"] == "NO_PROXY")
     project.run("preview", "--expect-no-changes")
 
 
@@ -170,3 +195,52 @@ def test_bad_settings_from_yaml_fail_with_the_field_naming_message(
         assert problem in output, f"{problem!r} not in:\n{output}"
     assert "Traceback" not in output
     assert 'File "' not in output
+
+
+def test_an_unknown_key_from_yaml_is_refused_by_its_type_check(project_factory: Any, hosts: Path, plugin: Path) -> None:
+    """pulumi-yaml checks the program against the schema first: the key, the type and the accepted keys, no run."""
+    project = yaml_project(project_factory, hosts, plugin)
+    program = yaml.safe_load((project.dir / "Pulumi.yaml").read_text())
+    program["resources"]["proxy"]["properties"]["settings"]["cluster"]["podCidr"] = ["10.244.0.0/16"]
+    (project.dir / "Pulumi.yaml").write_text(yaml.safe_dump(program, sort_keys=False))
+    up = project.run("up", "--yes", "--skip-preview", check=False)
+    assert up.returncode != 0
+    output = up.stdout + up.stderr
+    assert "Property podCidr does not exist on 'proxy-component:index:ClusterSettings'" in output
+    assert "Existing properties are: podCidrs" in output
+    assert not (project.dir / "rendered").exists()
+
+
+def test_an_unknown_key_from_an_untyped_program_fails_with_the_python_message(
+    project_factory: Any, hosts: Path, plugin: Path, tmp_path: Path
+) -> None:
+    """JavaScript, or a cast in TypeScript, sends keys the schema lacks; the SDK would drop them, the provider
+    refuses them with the message Python users get."""
+    project: Project = project_factory("examples/typescript", "ci", "typescript-unknown")
+    project.env["PATH"] = f"{hosts}:{project.env['PATH']}"
+    _home(project, hosts)
+    npm = subprocess.run(["npm", "install", "--no-audit", "--no-fund"], cwd=project.dir, capture_output=True, text=True,
+                         timeout=600)  # fmt: skip
+    assert npm.returncode == 0, npm.stderr
+    project.run("package", "add", str(plugin))
+    source = (project.dir / "index.ts").read_text()
+    typo = source.replace('namespaces: ["default"],', 'namespaces: ["default"], deployment: { replica: 2 },')
+    typo = typo.replace("    settings: {", "    settings: <any>{")
+    assert typo.count("replica: 2") == 1
+    assert "<any>{" in typo
+    (project.dir / "index.ts").write_text(typo)
+    project.init()
+    up = project.run("up", "--yes", "--skip-preview", check=False)
+    assert up.returncode != 0
+    output = up.stdout + up.stderr
+    settings = {**IPV6_ONLY, "deployment": {"replica": 2}}
+    path = tmp_path / "typo.yaml"
+    path.write_text(yaml.safe_dump(settings))
+    cli = subprocess.run(
+        [sys.executable, "-m", "proxy_component.cli", "render", str(path)], capture_output=True, text=True, cwd=ROOT
+    )
+    (problem,) = [line.strip() for line in cli.stderr.splitlines()[1:]]
+    assert problem.startswith("deployment.replica: unknown key (accepted: ")
+    assert problem in output, output
+    assert "Traceback" not in output
+    assert not (project.dir / "rendered").exists()

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from proxy_component.stack import PROVIDER_KEYS
+from tests.pki import make_ca
 
 from .conftest import LAYOUT_NAMED_AFTER_CLUSTER, ROOT, Project, as_written, changes, old_layout, read_rendered
 
@@ -26,6 +27,8 @@ Key = tuple[str, str, str]
 # The corporate example (seeds 001/002): upstream credentials, Kyverno, a Helm values Secret, Cluster API.
 CORPORATE = yaml.safe_load((ROOT / "examples/corporate-proxy/proxy.yaml").read_text())
 PASSWORD = CORPORATE["proxy"]["upstream"].pop("password")
+# A TLS-inspecting upstream: its CA, made now (it must be valid), so the stack carries proxy-trust too.
+CORPORATE["proxy"]["upstream"]["trustedCa"] = make_ca("Corp Inspecting CA").cert_pem
 
 
 def stack_settings(project: Project) -> dict[str, Any]:
@@ -97,6 +100,8 @@ def test_up_with_credentials_kyverno_and_capi_writes_what_render_writes(project_
     settings["proxy"]["upstream"]["password"] = PASSWORD
     assert _read_without(root, root / "management") == render(settings, tmp_path)
     assert read_rendered(root / "management") == render(settings, tmp_path, "--format", "capi")
+    trust = [key for key in read_rendered(root) if key[0] == "ConfigMap" and key[2] == "proxy-trust"]
+    assert trust, "the corporate CA's bundle, with its binaryData truststore, written by the engine"
     # The password only in Secrets: nowhere in the output, the state or a non-Secret object.
     assert PASSWORD not in up.stdout + up.stderr
     assert PASSWORD not in json.dumps(project.export())

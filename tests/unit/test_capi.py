@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 import subprocess
@@ -22,6 +23,7 @@ from proxy_component.render.capi import (
 from proxy_component.render.env import ProxyValues
 from proxy_component.settings import Settings, parse_settings
 from tests.conftest import SEEDS
+from tests.pki import make_ca, make_leaf
 
 SEED_001 = (SEEDS / "001_4279155272499de0.txt").read_text()
 CAPI: dict[str, object] = {
@@ -210,3 +212,124 @@ def test_cluster_values_follow_seed_001() -> None:
         ],
     }
     assert "cluster:\n  proxy:\n    http: " in SEED_001
+
+
+# --- the upstream's CA on the machines (proxy.upstream.trustedCa) ----------------------------------------------
+
+UPSTREAM = {"url": "http://proxy.corp:3128"}
+
+
+def _with_ca(*cas: str) -> Settings:
+    return _settings({"upstream": {**UPSTREAM, "trustedCa": list(cas)}})
+
+
+def test_without_trusted_ca_the_capi_output_is_what_it_was() -> None:
+    settings = _settings({"upstream": UPSTREAM})
+    assert settings.trusted_ca is None
+    assert systemd_proxy_secret(settings, "DROPIN")["stringData"] == {
+        "containerdProxy": "DROPIN",
+        "kubeletProxy": "DROPIN",
+    }
+    spec = kubeadm_config_spec(settings)
+    assert [f["path"] for f in spec["files"]] == [CONTAINERD_DROPIN, KUBELET_DROPIN]
+    assert spec["preKubeadmCommands"] == ["systemctl daemon-reload", "systemctl restart containerd"]
+
+
+def test_each_ca_is_a_file_of_the_local_store_from_the_systemd_proxy_secret() -> None:
+    from proxy_component.render.capi import CA_DIR, CA_UNIT
+
+    first, second = make_ca("Corp Inspecting CA"), make_ca("Corp Second CA")
+    settings = _with_ca(first.cert_pem, second.cert_pem)
+    secret = systemd_proxy_secret(settings, "DROPIN")
+    spec = kubeadm_config_spec(settings)
+    extra = spec["files"][2:]
+    assert [(f["path"], f["permissions"], f["contentFrom"]["secret"]) for f in extra] == [
+        (f"{CA_DIR}/proxy-component-upstream-1.crt", "0644", {"name": "mycluster-systemd-proxy", "key": "upstreamCa1"}),
+        (f"{CA_DIR}/proxy-component-upstream-2.crt", "0644", {"name": "mycluster-systemd-proxy", "key": "upstreamCa2"}),
+        (CA_UNIT, "0644", {"name": "mycluster-systemd-proxy", "key": "caUnit"}),
+    ]
+    assert sorted(secret["stringData"]) == ["caUnit", "containerdProxy", "kubeletProxy", "upstreamCa1", "upstreamCa2"]
+    assert {secret["stringData"]["upstreamCa1"], secret["stringData"]["upstreamCa2"]} == {
+        first.cert_pem,
+        second.cert_pem,
+    }
+    # The store is updated (by the unit) before containerd is restarted; kubeadm starts kubelet after all of them.
+    assert spec["preKubeadmCommands"] == [
+        "systemctl daemon-reload",
+        "systemctl enable --now proxy-component-ca.service",
+        "systemctl restart containerd",
+    ]
+
+
+def test_systemd_accepts_the_ca_unit_ordered_before_containerd_and_kubelet(tmp_path: Path) -> None:
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.fail("systemd-analyze is needed: apt-get install systemd")
+    for name in ("containerd", "kubelet"):
+        (tmp_path / f"{name}.service").write_text(
+            "[Unit]\nDefaultDependencies=no\n[Service]\nType=oneshot\nExecStart=/usr/bin/true\n"
+        )
+    text = systemd_proxy_secret(_with_ca(make_ca().cert_pem), "DROPIN")["stringData"]["caUnit"]
+    unit = tmp_path / "proxy-component-ca.service"
+    unit.write_text(text)
+    result = subprocess.run([analyze, "verify", str(unit)], capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "proxy-component-ca" not in result.stderr, result.stderr
+    assert "Before=containerd.service kubelet.service\n" in text
+    assert "WantedBy=multi-user.target containerd.service kubelet.service\n" in text
+    # The same check catches a unit systemd would misread (an unescaped specifier in ExecStart).
+    unit.write_text(text.replace("exec update-ca-certificates", "exec update-ca-certificates %Q"))
+    bad = subprocess.run([analyze, "verify", str(unit)], capture_output=True, text=True, timeout=60, check=False)
+    assert "proxy-component-ca" in bad.stderr
+
+
+def _exec_start(unit: str) -> list[str]:
+    (line,) = [line for line in unit.splitlines() if line.startswith("ExecStart=")]
+    # systemd's unquoting for this unit: one double-quoted argument with \\ \" %% $$ escapes.
+    argv = shlex.split(line.removeprefix("ExecStart="))
+    return [a.replace("%%", "%").replace("$$", "$") for a in argv]
+
+
+def test_in_a_scratch_root_the_ca_lands_in_the_named_path_and_the_store_update_trusts_it(tmp_path: Path) -> None:
+    """The files as cloud-init writes them, then the unit's ExecStart, in a mount namespace of the test's own where
+    the local store, /etc/ssl/certs (a copy) and the update hooks are scratch directories: Debian's real
+    update-ca-certificates runs and its bundle must hold the CA (openssl verifies a leaf against it)."""
+    from proxy_component.render.capi import CA_DIR, CA_UNIT
+
+    if shutil.which("update-ca-certificates") is None or shutil.which("unshare") is None:
+        pytest.fail("update-ca-certificates and unshare are needed: apt-get install ca-certificates util-linux")
+    ca = make_ca("Corp Inspecting CA")
+    settings = _with_ca(ca.cert_pem)
+    data = systemd_proxy_secret(settings, "DROPIN")["stringData"]
+    local, certs, hooks = tmp_path / "local", tmp_path / "certs", tmp_path / "hooks"
+    local.mkdir()
+    hooks.mkdir()
+    subprocess.run(["cp", "-a", "/etc/ssl/certs", str(certs)], check=True)
+    unit = ""
+    for entry in kubeadm_config_spec(settings)["files"][2:]:
+        content = data[entry["contentFrom"]["secret"]["key"]]
+        if entry["path"] == CA_UNIT:
+            unit = content
+            continue
+        assert entry["path"].startswith(f"{CA_DIR}/")
+        (local / entry["path"].removeprefix(f"{CA_DIR}/")).write_text(content)
+    before = Path("/etc/ssl/certs/ca-certificates.crt").read_text()
+    mounts = " && ".join(
+        f"mount --bind {shlex.quote(str(src))} {dst}"
+        for src, dst in ((local, CA_DIR), (certs, "/etc/ssl/certs"), (hooks, "/etc/ca-certificates/update.d"))
+    )
+    script = f"{mounts} && exec {shlex.join(_exec_start(unit))}"
+    result = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 added" in result.stdout, result.stdout
+    assert os.readlink(certs / "proxy-component-upstream-1.pem") == f"{CA_DIR}/proxy-component-upstream-1.crt"
+    bundle = (certs / "ca-certificates.crt").read_text()
+    assert ca.cert_pem in bundle
+    leaf = make_leaf(ca, "registry.example")
+    (tmp_path / "leaf.pem").write_text(leaf.cert_pem)
+    verify = subprocess.run(["openssl", "verify", "-CAfile", str(certs / "ca-certificates.crt"),
+                             str(tmp_path / "leaf.pem")], capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert Path("/etc/ssl/certs/ca-certificates.crt").read_text() == before, "the real store is untouched"
+    assert ca.cert_pem not in before

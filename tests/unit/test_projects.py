@@ -18,7 +18,7 @@ PROJECTS = sorted(
     p.relative_to(ROOT)
     for p in ROOT.glob("**/Pulumi.yaml")
     if not {".venv", ".venv-engine", "node_modules"} & set(p.parts) and (p.parent / "__main__.py").exists()
-)  # the Python projects (examples/yaml and examples/typescript run in tests/engine/test_languages.py)
+)  # the Python projects (examples/yaml, examples/typescript and examples/go run in tests/engine/test_languages.py)
 # Keys a program cannot run without, which it reads with `require`: every stack must set them.
 REQUIRED = {("examples/aks", "corporateProxy"), ("examples/existing-program", "kubeconfig")}
 
@@ -59,7 +59,10 @@ def test_the_changelog_opens_with_the_version_pyproject_declares() -> None:
     assert version.group(1) == expected
 
 
-@pytest.mark.parametrize("example", ["examples/yaml/Pulumi.yaml", "examples/typescript/index.ts"])
+@pytest.mark.parametrize(
+    "example",
+    ["examples/yaml/Pulumi.yaml", "examples/typescript/index.ts", "examples/go/go.mod", "examples/go/main.go"],
+)
 def test_the_readme_shows_each_language_example_as_the_tests_run_it(example: str) -> None:
     readme = (ROOT / "README.md").read_text()
     block = readme.split(f"<!-- example: {example} -->\n", 1)[1].split("\n", 1)[1].split("```\n", 1)[0]

@@ -110,14 +110,21 @@ def test_proxy_config_is_a_secret_when_the_urls_carry_credentials() -> None:
     )
 
 
-def test_the_proxy_runs_on_linux_workers_unless_asked_for_control_planes() -> None:
+def test_the_proxy_runs_on_linux_workers_unless_asked_for_control_planes_never_on_virtual_kubelets_or_fargate() -> None:
     settings = parse_settings({"cluster": CLUSTER})
     pod = daemonset(settings, "digest")["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"}
     (term,) = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert term == {"matchExpressions": [{"key": "node-role.kubernetes.io/control-plane", "operator": "DoesNotExist"}]}
+    never = [
+        {"key": "eks.amazonaws.com/compute-type", "operator": "NotIn", "values": ["fargate"]},
+        {"key": "type", "operator": "NotIn", "values": ["virtual-kubelet"]},
+    ]
+    control_plane = {"key": "node-role.kubernetes.io/control-plane", "operator": "DoesNotExist"}
+    assert term == {"matchExpressions": [control_plane, *never]}
     everywhere = parse_settings({"cluster": CLUSTER, "deployment": {"controlPlane": True}})
-    assert "affinity" not in daemonset(everywhere, "digest")["spec"]["template"]["spec"]
+    pod = daemonset(everywhere, "digest")["spec"]["template"]["spec"]
+    (term,) = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert term == {"matchExpressions": never}, "virtual kubelets and Fargate never run it, control plane or not"
 
 
 def test_the_firewall_init_container_is_root_with_net_admin_only() -> None:

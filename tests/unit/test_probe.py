@@ -1,0 +1,129 @@
+"""`check --probe` without a cluster: its role, its pod, its URLs, and how it judges what cannot come from a real
+tinyproxy (a pod that gave no log, an upstream's own refusal). tests/integration/test_probe_live.py judges real
+transcripts; tests/cluster runs it against an API server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from proxy_component.check import CHECK_NAME, accesses, rbac_objects
+from proxy_component.cli import main
+from proxy_component.probe import (
+    PROBE_COMPONENT,
+    RUN_LABEL,
+    Transcript,
+    classify,
+    parse_targets,
+    pod_script,
+    probe_pod,
+    tls_client,
+)
+from proxy_component.settings import DEFAULT_IMAGE, parse_settings
+
+BASE: dict[str, Any] = {"cluster": {"podCidrs": ["10.0.0.0/16"], "nodeCidrs": ["192.0.2.0/24"]}, "namespaces": ["default"]}  # fmt: skip
+
+
+def test_the_probe_role_adds_exactly_pods_create_delete_and_logs_in_the_proxy_namespace() -> None:
+    settings = parse_settings(BASE)
+    plain = rbac_objects(settings)
+    probing = rbac_objects(settings, probe=True)
+    roles = {(o["kind"], o["metadata"].get("namespace")): o["rules"] for o in probing if "rules" in o}
+    assert roles[("Role", "kube-system")] == [
+        {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["get"], "resourceNames": ["http-proxy"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"]},
+    ]
+    plain_roles = {(o["kind"], o["metadata"].get("namespace")): o["rules"] for o in plain if "rules" in o}
+    assert {k: v for k, v in roles.items() if k != ("Role", "kube-system")} == {
+        k: v for k, v in plain_roles.items() if k != ("Role", "kube-system")
+    }
+    assert set(accesses(settings, probe=True)) - set(accesses(settings)) == {
+        a for a in accesses(settings, probe=True) if a.api.verb in ("create", "delete") or a.api.resource == "pods/log"
+    }
+    # Without the proxy there is nothing to probe, and nothing more is granted.
+    off = parse_settings({**BASE, "proxy": {"httpProxy": "http://proxy.corp:3128"}, "deployment": {"enabled": False}})
+    assert rbac_objects(off, probe=True) == rbac_objects(off)
+
+
+def test_render_check_rbac_probe_and_its_misuse(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    config = tmp_path / "proxy.yaml"
+    config.write_text(yaml.safe_dump(BASE))
+    assert main(["render", str(config), "--format", "check-rbac", "--probe"]) == 0
+    docs = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert docs[0]["metadata"]["name"] == CHECK_NAME
+    assert any("pods/log" in r["resources"] for d in docs for r in d.get("rules", []))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["render", str(config), "--format", "manifests", "--probe"])
+    assert exit_info.value.code == 2
+    assert (
+        "--probe: only for --format check-rbac (the role of `check --probe`), not manifests" in capsys.readouterr().err
+    )
+
+
+def test_the_probe_pod_is_pinned_hardened_and_uses_the_proxys_image() -> None:
+    settings = parse_settings(BASE)
+    pod = probe_pod(settings, "node-a", "abc123", 0, "echo", 90)
+    spec = pod["spec"]
+    assert pod["metadata"] == {
+        "name": "proxy-component-probe-abc123-0",
+        "namespace": "kube-system",
+        "labels": {"app.kubernetes.io/part-of": "proxy-component", "app.kubernetes.io/component": PROBE_COMPONENT,
+                   RUN_LABEL: "abc123"},
+    }  # fmt: skip
+    assert (spec["nodeName"], spec["activeDeadlineSeconds"], spec["restartPolicy"]) == ("node-a", 90, "Never")
+    assert spec["tolerations"] == [{"operator": "Exists"}]
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    (container,) = spec["containers"]
+    assert container["image"] == DEFAULT_IMAGE
+    assert container["command"] == ["/bin/sh", "-c", "echo"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert container["env"] == [{"name": "PROXY_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}}]
+
+
+@pytest.mark.parametrize(
+    ("url", "error"),
+    [
+        ("ftp://a.example/", "'ftp://a.example/' is not an http:// or https:// URL with a host"),
+        ("https://", "'https://' is not an http:// or https:// URL with a host"),
+        ("https://a.example:99999/", "'https://a.example:99999/' has an invalid port"),
+        ("https://u:p@a.example/", "'https://u:p@a.example/' carries credentials"),
+    ],
+)
+def test_probe_urls_are_checked(url: str, error: str) -> None:
+    with pytest.raises(ValueError, match=r"^--probe: ") as info:
+        parse_targets([url])
+    assert error in str(info.value)
+    assert "(expected e.g. https://registry-1.docker.io/v2/)" in str(info.value)
+
+
+def test_targets_and_their_requests() -> None:
+    v6, plain = parse_targets(["https://[2001:db8::1]:8443/v2/", "http://mirror.example/x?y=%41"])
+    assert (v6.host, v6.port, v6.authority) == ("2001:db8::1", 8443, "[2001:db8::1]:8443")
+    script = pod_script([v6, plain], [b"hello", None], 8888, 5)
+    assert "CONNECT [2001:db8::1]:8443 HTTP/1.1\\r\\nHost: [2001:db8::1]:8443" in script
+    assert "GET http://mirror.example:80/x HTTP/1.1" in script  # the query is not sent (parse keeps the path)
+    assert 'timeout -s KILL 5 nc "$PROXY_HOST" 8888' in script
+
+
+def test_an_upstreams_own_refusal_and_an_incomplete_answer() -> None:
+    (https,) = parse_targets(["https://registry.example/"])
+    tls = tls_client("registry.example", None)
+    refused = Transcript(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n", "")
+    assert classify("n", https, refused, wait=5, tls=tls, upstream=True).outcome == "upstream-refused"
+    assert classify("n", https, refused, wait=5, tls=tls, upstream=False).outcome == "error"
+    partial = Transcript(b"HTTP/1.0 200 Connection established\r\n", "")
+    assert classify("n", https, partial, wait=5, tls=tls).detail == "the proxy's answer was incomplete after 5 s"
+    truncated = Transcript(b"HTTP/1.0 200 Connection established\r\n\r\n\x16\x03\x03\x00\x40\x02", "")
+    result = classify("n", https, truncated, wait=5, tls=tls)
+    assert (result.outcome, result.detail) == ("timeout", "the origin's TLS answer was incomplete after 5 s")
+    assert (
+        str(result)
+        == "FAIL: Node n: https://registry.example/: timeout: the origin's TLS answer was incomplete after 5 s"
+    )
