@@ -16,11 +16,20 @@ import yaml
 
 from .noproxy import NoProxyError
 from .render import capi_manifests, capi_patches, manifests, plain_values
-from .render.helm import PROFILES, profile_values, values_yaml
+from .render.helm import PROFILES, RENAMED, UnknownProfileError, profile_values, values_yaml
 from .render.kustomize import kustomization
 from .render.kyverno import cluster_policy
 from .render.trust import unreached
-from .settings import Runtime, Settings, SettingsError, load_settings, parse_runtimes, parse_settings, redact_url
+from .settings import (
+    Runtime,
+    Settings,
+    SettingsError,
+    load_settings,
+    parse_runtimes,
+    parse_settings,
+    redact_url,
+    release_name,
+)
 
 FORMATS = ("manifests", "helm-values", "capi", "capi-patches", "kustomize-patch", "kyverno", "check-rbac")
 MARKER = "# Rendered by proxy-component render: this directory is rewritten whole by each render."
@@ -112,12 +121,21 @@ def _check_format(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
             parser.error(
                 f"--format helm-values: takes one profile, got {' '.join(rest)!r} (put CONFIG before --format)"
             )
+        if rest and rest[0] in RENAMED:
+            parser.error(UnknownProfileError(rest[0], "--format helm-values").message)
         if not rest or rest[0] not in PROFILES:
             given = repr(rest[0]) if rest else "no profile"
             parser.error(f"--format helm-values: {given} is not a profile (expected one of: {', '.join(PROFILES)})")
         if args.output is not None:
             parser.error("--format helm-values: writes the values to stdout; -o is for object formats")
-    elif rest:
+        if args.release is not None:
+            try:
+                release_name(args.release)
+            except ValueError as exc:
+                parser.error(f"--release: {exc}")
+    elif args.release is not None:
+        parser.error(f"--release: only for --format helm-values (the chart's release name), not --format {fmt}")
+    if fmt != "helm-values" and rest:
         parser.error(f"--format {fmt}: takes no argument, got {' '.join(rest)!r} (put CONFIG before --format)")
     if args.output is not None and os.path.exists(args.output) and not os.path.isdir(args.output):
         parser.error(f"-o {args.output}: exists and is not a directory")
@@ -130,7 +148,7 @@ def _check_format(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
 def _render(args: argparse.Namespace) -> int:
     settings = _load(args.config)
     if args.format[0] == "helm-values":
-        values = profile_values(settings, args.format[1], selection=_selection(settings, args))
+        values = profile_values(settings, args.format[1], selection=_selection(settings, args), release=args.release)
         sys.stdout.write(values_yaml(args.format[1], values))
         return 0
     objects = _objects(settings, args)
@@ -366,6 +384,12 @@ def _parser() -> argparse.ArgumentParser:
         "(default: the cluster-wide runtimes flags)"
     )
     render.add_argument("--runtimes", help=f"kustomize-patch, helm-values: {runtimes_help}")
+    render.add_argument(
+        "--release",
+        metavar="NAME",
+        help="helm-values: the chart's Helm release name, from which the profile derives the in-cluster names its "
+        "NO_PROXY adds (argo-cd: <release>-argocd-repo-server, ...; default: the name the chart's docs use)",
+    )
     render.add_argument(
         "--probe", action="store_true", help="check-rbac: also what `check --probe` needs (pods in the proxy namespace)"
     )

@@ -34,6 +34,7 @@ from .settings import (
     infer_ip_family,
     parse_runtimes,
     parse_settings,
+    release_name,
 )
 
 __all__ = ["ClusterNetwork", "ClusterProxy", "ClusterProxyArgs", "merge_values"]
@@ -115,19 +116,20 @@ class ClusterProxy(pulumi.ComponentResource):
         )
         network_values = network.values() if network is not None else None
 
-        def profile_values(profile: str) -> ProxyValues:
-            """One Helm profile's values: the cluster's NO_PROXY plus the chart's own hosts, composed once known."""
-            if not PROFILES[profile].hosts:
+        def profile_values(profile: str, release: str | None = None) -> ProxyValues:
+            """One Helm profile's values: the cluster's NO_PROXY plus the chart's own names for the release (None:
+            the chart docs' name), composed once known."""
+            if not PROFILES[profile].names(release, settings.cluster.dns_domain):
                 return values  # the same NO_PROXY, composed (and reported) once
             if network_values is None:
                 return workload_values(
                     settings,
-                    profile_no_proxy(settings, profile),
+                    profile_no_proxy(settings, profile, release=release),
                     self.http_proxy,
                     self.https_proxy,
                     settings.runtimes.cluster_wide,
                 )
-            composed_profile = network_values.apply(lambda v: profile_no_proxy(settings, profile, v))
+            composed_profile = network_values.apply(lambda v: profile_no_proxy(settings, profile, v, release))
             return self._values(settings, composed_profile, composed_profile.apply(str))
 
         inputs = PlanInputs(
@@ -182,10 +184,16 @@ class ClusterProxy(pulumi.ComponentResource):
             java_trust_options=trusted,
         )
 
-    def helm_values_for(self, profile: str, runtimes: str) -> pulumi.Output[dict[str, Any]]:
-        """One profile's values for a runtime selection written as the annotation is (``java,node``, ``none``)."""
-        selection = parse_runtimes(runtimes, "runtimes")
-        values = helm_values(profile, self._profile_values(profile).select(selection))
+    def helm_values_for(
+        self, profile: str, runtimes: str | None = None, release: str | None = None
+    ) -> pulumi.Output[dict[str, Any]]:
+        """One profile's values for a runtime selection written as the annotation is (``java,node``, ``none``;
+        default: the cluster-wide flags) and a Helm release name (default: the one the chart's docs use), from
+        which the profile derives the chart's in-cluster names (argo-cd)."""
+        selection = self.settings.runtimes.cluster_wide if runtimes is None else parse_runtimes(runtimes, "runtimes")
+        if release is not None:
+            release_name(release)
+        values = helm_values(profile, self._profile_values(profile, release).select(selection))
         return _maybe_secret(values, self.settings.has_credentials)
 
     def kustomization(

@@ -77,6 +77,9 @@ class HelmValuesSecret(TypedDict):
     name: NotRequired[pulumi.Input[str]]
     """Default: <profile>-proxy-values."""
 
+    release: NotRequired[pulumi.Input[str]]
+    """The chart's Helm release name, from which the profile derives the in-cluster names its NO_PROXY adds (argo-cd); default: the name the chart's docs use."""
+
     runtimes: NotRequired[pulumi.Input[Sequence[pulumi.Input[str]]]]
     """The chart's runtimes (java, node, python); default: the cluster-wide flags. One of: java, node, python."""
 

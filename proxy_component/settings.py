@@ -70,6 +70,7 @@ __all__ = [
     "parse_runtimes",
     "parse_settings",
     "redact_url",
+    "release_name",
 ]
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
@@ -129,6 +130,17 @@ def _dns_label(value: str) -> str:
     return value
 
 
+def release_name(value: str) -> str:
+    """A Helm release name: a DNS-1123 label of at most 53 characters (Helm's own limit), or ValueError saying so."""
+    _dns_label(value)
+    if len(value) > 53:
+        raise ValueError(
+            f"{value!r} has {len(value)} characters, and Helm refuses release names longer than 53 "
+            "(expected a DNS-1123 label of at most 53 characters, e.g. argocd)"
+        )
+    return value
+
+
 def _api_host(value: str) -> str:
     """An API server host: a DNS name or an IP; a URL is reduced to its host."""
     text = value.strip()
@@ -176,6 +188,7 @@ SourceRange = Annotated[str, AfterValidator(_source_range)]
 IP = Annotated[str, AfterValidator(_ip)]
 DnsName = Annotated[str, AfterValidator(_dns_name)]
 DnsLabel = Annotated[str, AfterValidator(_dns_label)]
+ReleaseName = Annotated[str, AfterValidator(release_name)]
 ApiHost = Annotated[str, AfterValidator(_api_host)]
 NoProxyEntry = Annotated[str, AfterValidator(_no_proxy_entry)]
 Port = Annotated[int, Field(strict=True, ge=1, le=65535)]
@@ -858,6 +871,11 @@ class HelmValuesSecret(_Model):
     profile: str
     namespace: DnsLabel
     name: DnsLabel | None = Field(default=None, description="Default: <profile>-proxy-values.")
+    release: ReleaseName | None = Field(
+        default=None,
+        description="The chart's Helm release name, from which the profile derives the in-cluster names its NO_PROXY "
+        "adds (argo-cd); default: the name the chart's docs use.",
+    )
     runtimes: list[Runtime] | None = Field(
         default=None, description="The chart's runtimes (java, node, python); default: the cluster-wide flags."
     )

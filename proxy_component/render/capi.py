@@ -219,7 +219,7 @@ _YTT_HEADER = "#@data/values\n#@overlay/match-child-defaults missing_ok=True\n--
 
 def tkg_addon_values(addon: str, values: ProxyValues) -> str:
     """One addon's values.yaml text as TKG writes it (seed 002): ytt data values for CPI and CSI."""
-    body = values_yaml(addon, values)
+    body = values_yaml(f"tkg-{addon}", values)
     return body if addon == "kapp-controller" else _YTT_HEADER + body
 
 

@@ -8,11 +8,16 @@ belong and never looks inside them. Where a chart takes an env list, the list
 is `env_vars(values)`: both spellings of the three variables, then the runtime variables of the values'
 selection (`ProxyValues.select`; the annotation cannot reach values rendered before the pods exist).
 
-A profile also declares `hosts`: the short Service names its chart's components
-call each other by. Clients match NO_PROXY's CIDRs only against IP literals, so
-the pod and service CIDRs never cover a name; `profile_no_proxy` composes the
-cluster's NO_PROXY plus these names (category `CHART`) for that profile's values
-only, never into the cluster-wide NO_PROXY.
+A profile also declares the in-cluster names its chart's components call each
+other by (`Profile.names`: derived from the Helm release name and the cluster
+domain where the chart derives them, `hosts` for the release its docs use).
+Clients match NO_PROXY's CIDRs only against IP literals, so the pod and service
+CIDRs never cover a name; `profile_no_proxy` composes the cluster's NO_PROXY plus
+these names (category `CHART`) for that profile's values only, never into the
+cluster-wide NO_PROXY. `left_out` lists the chart's containers the profile leaves
+without the proxy on purpose, each with its reason; the Helm lane (tests/helm)
+renders the profiles through the real charts with `helm template` and holds them
+to both.
 """
 
 from __future__ import annotations
@@ -21,16 +26,18 @@ import enum
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
 from ..noproxy import NoProxy
-from ..settings import HelmValuesSecret, NetworkValues, Runtime, Settings, SettingsError
+from ..settings import HelmValuesSecret, NetworkValues, Runtime, Settings, SettingsError, release_name
 from .env import ProxyValues, env_vars, workload_values
 
 __all__ = [
     "PROFILES",
+    "RENAMED",
+    "LeftOut",
     "Profile",
     "UnknownProfileError",
     "check_values_secrets",
@@ -46,12 +53,26 @@ __all__ = [
 Values = dict[str, Any]
 
 
+class LeftOut(NamedTuple):
+    """A container of the chart that the profile leaves without the proxy on purpose, and why.
+
+    `pattern` is `workload/container`, shell-style globs over the rendered names (release prefixes differ).
+    """
+
+    pattern: str
+    reason: str
+
+
 @dataclass(frozen=True)
 class Profile:
     """How one chart takes the proxy settings: the keys it sets, where they were verified, and the builder.
 
     `hosts` are the in-cluster names the chart's components call each other by
-    (empty when they talk only to the API server); `source` says where they come from.
+    (empty when they talk only to the API server) for `release`, the release name
+    the chart's docs use, in a cluster whose domain is cluster.local; `derive`,
+    when set, gives them for another release name or cluster domain, as the
+    chart's templates name them. `source` says where they come from. `left_out`
+    lists the containers the profile leaves out on purpose, each with its reason.
     """
 
     name: str
@@ -61,20 +82,29 @@ class Profile:
     description: str
     build: Callable[[ProxyValues], Values]
     hosts: tuple[str, ...] = ()
+    release: str | None = None
+    derive: Callable[[str, str], tuple[str, ...]] | None = None
+    left_out: tuple[LeftOut, ...] = ()
 
-    def no_proxy_sources(self) -> tuple[tuple[str, str], ...]:
+    def names(self, release: str | None = None, dns_domain: str = "cluster.local") -> tuple[str, ...]:
+        """The in-cluster names for a release (default: the docs' `release`) in a cluster with this domain."""
+        if self.derive is None:
+            return self.hosts
+        return self.derive(release or self.release or self.name, dns_domain)
+
+    def no_proxy_sources(
+        self, release: str | None = None, dns_domain: str = "cluster.local"
+    ) -> tuple[tuple[str, str], ...]:
         """The (value, origin) pairs this profile adds to its own NO_PROXY."""
-        return tuple((host, f"helm profile {self.name}") for host in self.hosts)
+        return tuple((host, f"helm profile {self.name}") for host in self.names(release, dns_domain))
 
 
 class UnknownProfileError(KeyError):
     """`helm_values` was asked for a profile that `PROFILES` does not hold."""
 
-    def __init__(self, profile: str) -> None:
+    def __init__(self, profile: str, where: str = "profile") -> None:
         self.profile = profile
-        self.message = (
-            f"profile: {profile!r} is not a known Helm values profile (expected one of: {', '.join(sorted(PROFILES))})"
-        )
+        self.message = f"{where}: {_unknown(profile)}"
         super().__init__(self.message)
 
     def __str__(self) -> str:
@@ -88,6 +118,16 @@ class _Leaf(enum.Enum):
     HTTPS = "https_proxy"
     NO = "no_proxy"
     ENV = "env"
+
+
+def _unknown(profile: str) -> str:
+    """Why `profile` is refused: renamed (naming the new name and why), or unknown (naming the accepted ones)."""
+    if profile in RENAMED:
+        return (
+            f"{profile!r} was renamed {RENAMED[profile]!r} in 0.2.0: its values are TKG addon data values (read by "
+            f"ytt when TKG installs the addon), and a Helm chart named {profile} accepts them and does nothing"
+        )
+    return f"{profile!r} is not a known Helm values profile (expected one of: {', '.join(sorted(PROFILES))})"
 
 
 def _leaf(kind: _Leaf, values: ProxyValues) -> Any:
@@ -117,10 +157,49 @@ def _profile(
     description: str,
     spec: tuple[tuple[str, _Leaf], ...],
     *,
-    hosts: tuple[str, ...],
+    release: str | None = None,
+    derive: Callable[[str, str], tuple[str, ...]] | None = None,
+    left_out: tuple[LeftOut, ...],
 ) -> Profile:
-    """A profile whose `keys` and builder come from one spec, so they cannot drift apart; `hosts` must be declared."""
-    return Profile(name, chart, tuple(path for path, _ in spec), source, description, _builder(spec), hosts)
+    """A profile whose `keys` and builder come from one spec, so they cannot drift apart; `left_out` must be
+    declared. Its `hosts` are what `derive` gives for the docs' release and cluster.local (none without it)."""
+    hosts = derive(release or name, "cluster.local") if derive is not None else ()
+    keys = tuple(path for path, _ in spec)
+    return Profile(name, chart, keys, source, description, _builder(spec), hosts, release, derive, left_out)
+
+
+def _helm_name(text: str) -> str:
+    """Helm's `trunc 63 | trimSuffix "-"`, which every name helper of these charts ends with."""
+    text = text[:63]
+    return text[:-1] if text.endswith("-") else text
+
+
+def _fullname(release: str, name: str) -> str:
+    """The usual `<chart>.fullname` helper without fullnameOverride: the release name when it contains `name`,
+    else `<release>-<name>`."""
+    return _helm_name(release if name in release else f"{release}-{name}")
+
+
+def _argo_cd_names(release: str, dns_domain: str) -> tuple[str, ...]:
+    """argo-helm's names (charts/argo-cd/templates/_common.tpl, _helpers.tpl @af0a9310, chart 10.1.1): the chart's
+    full name from nameOverride `argocd`, its components `<fullname>-<component>`, and Redis HA's HAProxy from the
+    redis-ha subchart's own full name (`<release>-redis-ha`), which does not include `argocd`."""
+    full = _fullname(release, "argocd")
+    names = {_helm_name(f"{full}-{part}") for part in ("commit-server", "dex-server", "redis", "repo-server")}
+    names.add(_helm_name(f"{_fullname(release, 'redis-ha')}-haproxy"))
+    return tuple(sorted(names))
+
+
+_CLOUDZERO_DOMAIN = "svc.cluster.local"
+
+
+def _cloudzero_names(release: str, dns_domain: str) -> tuple[str, ...]:
+    """The chart writes `<service>.<namespace>.svc.cluster.local` whatever the cluster's domain is; the cluster
+    domain entry covers them only when the domain is cluster.local (or a parent of svc.cluster.local)."""
+    domain = dns_domain.strip(".").lower()
+    if domain == _CLOUDZERO_DOMAIN or _CLOUDZERO_DOMAIN.endswith(f".{domain}"):
+        return ()
+    return (f".{_CLOUDZERO_DOMAIN}",)
 
 
 def _triple(prefix: str, http: str, https: str, no: str) -> tuple[tuple[str, _Leaf], ...]:
@@ -145,7 +224,14 @@ _ALL = (
         "The controller is the component that calls ACME servers; the chart sets the upper-case variables from "
         "these three top-level keys. The webhook and cainjector talk only to the API server.",
         _triple("", *_SNAKE),
-        hosts=(),
+        left_out=(
+            LeftOut("*-cainjector/cert-manager-cainjector", "injects CA bundles into API objects: API server only"),
+            LeftOut("*-webhook/cert-manager-webhook", "serves the API server's admission calls; calls nothing outside"),
+            LeftOut(
+                "*-startupapicheck/cert-manager-startupapicheck",
+                "post-install hook (`check api`): waits until the API server accepts cert-manager's resources",
+            ),
+        ),
     ),
     _profile(
         "argo-cd",
@@ -153,9 +239,11 @@ _ALL = (
         "argoproj/argo-helm: charts/argo-cd/values.yaml @2792db17 (controller.env, dex.env, server.env, "
         "repoServer.env, applicationSet.extraEnv, notifications.extraEnv, commitServer.extraEnv, global.env); "
         "charts/argo-cd/templates/argocd-repo-server/deployment.yaml @011824fa (env = concat global.env repoServer.env)"
-        ". Hosts: for a release named argocd, from argoproj/argo-helm @af0a9310 (chart 10.1.1) "
-        "charts/argo-cd/templates/_common.tpl (argo-cd.fullname is the release name when it contains nameOverride "
-        "'argocd', else <release>-argocd; components are <fullname>-<component>) and _helpers.tpl "
+        ". Hosts: derived from the release name (argocd-commit-server, argocd-dex-server, argocd-redis, "
+        "argocd-redis-ha-haproxy, argocd-repo-server for a release named argocd), from argoproj/argo-helm @af0a9310 "
+        "(chart 10.1.1) charts/argo-cd/templates/_common.tpl (argo-cd.fullname is the release name when it contains "
+        "nameOverride 'argocd', else <release>-argocd; components are <fullname>-<component>; redis-ha's HAProxy is "
+        "<release>-redis-ha-haproxy, or <release>-haproxy when the release name contains redis-ha) and _helpers.tpl "
         "(argocd-cmd-params-cm presets: repo.server argocd-repo-server:8081, read by server, controller and "
         "applicationSet, and notifications' --argocd-repo-server; redis.server argocd-redis:6379, or "
         "argocd-redis-ha-haproxy:6379 with redis-ha.enabled, read by server, controller and repoServer; "
@@ -180,12 +268,17 @@ _ALL = (
             "repoServer.env",
             "server.env",
         ),
-        hosts=(
-            "argocd-commit-server",
-            "argocd-dex-server",
-            "argocd-redis",
-            "argocd-redis-ha-haproxy",
-            "argocd-repo-server",
+        release="argocd",
+        derive=_argo_cd_names,
+        left_out=(
+            LeftOut("*-repo-server/copyutil", "init container: copies the argocd binary into a shared volume"),
+            LeftOut("*-dex-server/copyutil", "init container: copies the argocd binary into a shared volume"),
+            LeftOut("*-redis/redis", "Redis serves the other components and makes no outbound calls"),
+            LeftOut(
+                "*-redis-secret-init/secret-init",
+                "pre-install hook (`argocd admin redis-initial-password`): writes the Redis password Secret through "
+                "the API server",
+            ),
         ),
     ),
     _profile(
@@ -193,24 +286,33 @@ _ALL = (
         "cloudzero/cloudzero-agent (chart >= 1.2.12)",
         "Cloudzero/cloudzero-agent: helm/docs/egress-proxy.md @af79c256 (defaults.env reaches every chart-managed "
         "container; the chart never sets the proxy variables itself; seed 003); helm/docs/releases/1.2.13.md "
-        "@af79c256 (defaults.env added in 1.2.12, lowest precedence). Hosts: none; helm/templates/_helpers.tpl "
-        "@e7edccc3 names every Service <release>-cz-<component> (cloudzero-agent.internal.resourceName), so no name "
-        "is fixed, and the agent reaches the aggregator and kube-state-metrics by <service>.<namespace>.svc."
-        "cluster.local (helm/templates/_alloy_helpers.tpl, _helpers.tpl @e7edccc3), which the cluster domain covers",
-        "One chart-wide list reaches every container (agent, aggregator collector and shipper, webhook server, "
-        "validator, jobs); all are Go binaries that read the variables.",
+        "@af79c256 (defaults.env added in 1.2.12, lowest precedence). Hosts: helm/templates/_helpers.tpl "
+        "@e7edccc3 names every Service <release>-cz-<component> (cloudzero-agent.internal.resourceName), and the "
+        "agent reaches the aggregator, kube-state-metrics and the API server by <service>.<namespace>.svc."
+        "cluster.local, written literally whatever the cluster's domain is (helm/templates/_alloy_helpers.tpl, "
+        "_helpers.tpl, _cm_helpers.tpl @e7edccc3): the cluster domain entry covers them when it is cluster.local, "
+        "else the profile adds .svc.cluster.local",
+        "One chart-wide list reaches every container the chart itself manages (agent, aggregator collector and "
+        "shipper, webhook server, validator, jobs); all are Go binaries that read the variables. Not the vendored "
+        "kube-state-metrics subchart, which reads only the API server.",
         _envs("defaults.env"),
-        hosts=(),
+        derive=_cloudzero_names,
+        left_out=(
+            LeftOut(
+                "*-cz-ksm/ksm",
+                "kube-state-metrics, a vendored subchart that defaults.env does not reach; it reads the API server only",
+            ),
+        ),
     ),
     _profile(
         "env",
         "generic: charts with a top-level env list",
         "seed 000 (Helm values, method 4: a top-level env list); giantswarm/cluster-apps-operator: "
         "service/controller/resource/clustersecret/desired.go @03504133 writes the same shape",
-        "For charts whose single workload reads a top-level env list of {name, value} entries. Hosts: none, the "
-        "chart is not known.",
+        "For charts whose single workload reads a top-level env list of {name, value} entries, such as Giant Swarm's "
+        "external-dns-app 3.5.0 (its external-dns container). Hosts: none, the chart is not known.",
         _envs("env"),
-        hosts=(),
+        left_out=(),
     ),
     _profile(
         "external-secrets",
@@ -223,22 +325,36 @@ _ALL = (
         "validates resources and the cert controller keeps the webhook certificate: both talk to the API server "
         "only, so webhook.extraEnv and certController.extraEnv are left alone.",
         _envs("extraEnv"),
-        hosts=(),
+        left_out=(
+            LeftOut("*-cert-controller/cert-controller", "keeps the webhook's certificate: API server only"),
+            LeftOut("*-webhook/webhook", "serves the API server's admission calls; calls nothing outside"),
+        ),
     ),
     _profile(
         "giantswarm-cluster-values",
         "Giant Swarm <cluster>-cluster-values Secret/ConfigMap (cluster-apps-operator)",
         "giantswarm/cluster-apps-operator: service/controller/resource/clustersecret/desired.go @03504133 "
-        '(values["cluster"]["proxy"] = {http, https, noProxy}; top-level http_proxy, https_proxy, no_proxy '
-        '"specific to cert-manager because we use upstream chart schema"); seed 001. Hosts: none, these are '
+        '(values["cluster"]["proxy"] = {http, https, noProxy} and a top-level env list; seed 001); '
+        "giantswarm/cert-manager-app 4.1.1 @5ce35116 templates/proxy.yaml (cluster.proxy, overridden by its own "
+        "proxy block, becomes the cert-manager-app-proxy ConfigMap that values.yaml's extraEnv reads into the "
+        "controller, webhook and cainjector); giantswarm/external-dns-app 3.5.0 @d3738a4f templates/deployment.yaml "
+        "(top-level env is the external-dns container's env; it reads no cluster.proxy). Hosts: none, these are "
         "cluster-wide values for many charts, not one chart's components",
-        "cluster.proxy is read by Giant Swarm charts and chart-operator; the top-level keys are cert-manager's, so "
-        "the same values file configures cert-manager too.",
-        (*_triple("cluster.proxy.", "http", "https", "noProxy"), *_triple("", *_SNAKE)),
-        hosts=(),
+        "The values file Giant Swarm's app platform merges into every app of the cluster: cluster.proxy for the "
+        "charts that read it (cert-manager-app 4.1.1), and the env list for charts whose workload reads a top-level "
+        "env (external-dns-app 3.5.0). Not the top-level http_proxy, https_proxy and no_proxy that "
+        "cluster-apps-operator also writes: neither chart reads them, and the upstream cert-manager chart refuses "
+        "this file (its schema allows no cluster key); use the cert-manager profile for that chart.",
+        (*_triple("cluster.proxy.", "http", "https", "noProxy"), *_envs("env")),
+        left_out=(
+            LeftOut(
+                "cert-manager-giantswarm-clusterissuer/cert-manager-giantswarm-clusterissuer",
+                "post-install hook: kubectl waits for the webhook and applies the ClusterIssuers through the API server",
+            ),
+        ),
     ),
     _profile(
-        "kapp-controller",
+        "tkg-kapp-controller",
         "TKG addon kapp-controller (Carvel package data values, not a Helm chart)",
         "vmware-tanzu/tanzu-framework: providers/ytt/02_addons/kapp-controller/kapp-controller_addon_data.lib.yaml "
         "@d980c5a4 (kappController.config.httpProxy, httpsProxy, noProxy); vmware-tanzu/community-edition: "
@@ -248,7 +364,7 @@ _ALL = (
         "same three keys in the kapp-controller-config Secret (carvel-dev/kapp-controller: "
         "config/overlays/controller-config-overlay.yml); this profile is the TKG addon layout.",
         _triple("kappController.config.", *_CAMEL),
-        hosts=(),
+        left_out=(),
     ),
     _profile(
         "kyverno",
@@ -270,7 +386,19 @@ _ALL = (
             "cleanupController.extraEnvVars",
             "reportsController.extraEnvVars",
         ),
-        hosts=(),
+        left_out=(
+            LeftOut("kyverno-admission-controller/kyverno-pre", "init container (kyvernopre): API server only"),
+            LeftOut(
+                "*/test",
+                "helm test Pods: readiness-checker calls the chart's own Services (check-http --service-name) and "
+                "nothing outside",
+            ),
+            LeftOut(
+                "*-migrate-resources/kyverno-cli", "post-upgrade hook: migrates stored resources in the API server"
+            ),
+            LeftOut("*-rm-webhooks/kubectl", "pre-delete hook: deletes the webhook configurations in the API server"),
+            LeftOut("*-scale-to-zero/kubectl", "pre-delete hook: scales the controllers down through the API server"),
+        ),
     ),
     _profile(
         "proxy",
@@ -279,32 +407,40 @@ _ALL = (
         "A common convention for charts with their own proxy settings; check the chart's values before use. Hosts: "
         "none, the chart is not known.",
         _triple("proxy.", *_CAMEL),
-        hosts=(),
+        left_out=(),
     ),
     _profile(
-        "vsphere-cpi",
+        "tkg-vsphere-cpi",
         "TKG addon vsphere-cpi (Carvel package data values, not a Helm chart)",
         "vmware-tanzu/community-edition: addons/packages/vsphere-cpi/1.22.6/bundle/config/schema.yaml @c579071a "
         "(vsphereCPI.http_proxy, https_proxy, no_proxy); vmware-tanzu/tanzu-framework: "
         "providers/ytt/02_addons/cpi/cpi_secret_crs.yaml (the <cluster>-vsphere-cpi-addon Secret); seed 002. "
         "Hosts: none, the cloud provider talks to vCenter and the API server only",
-        "The cloud provider talks to vCenter.",
+        "The cloud provider talks to vCenter. TKG addon values only: the upstream vsphere-cpi Helm chart "
+        "(kubernetes/cloud-provider-vsphere, 1.36.0) accepts them and does nothing, and has no key that sets its "
+        "container's env.",
         _triple("vsphereCPI.", *_SNAKE),
-        hosts=(),
+        left_out=(),
     ),
     _profile(
-        "vsphere-csi",
+        "tkg-vsphere-csi",
         "TKG addon vsphere-csi (Carvel package data values, not a Helm chart)",
         "vmware-tanzu/tanzu-framework: providers/ytt/02_addons/csi/csi_addon_data.lib.yaml @ac28f563 "
         "(vsphereCSI.http_proxy, https_proxy, no_proxy); seed 002. Hosts: none, the CSI controller talks to vCenter "
         "and the API server, its sidecars to the driver over a Unix socket",
         "The CSI controller talks to vCenter.",
         _triple("vsphereCSI.", *_SNAKE),
-        hosts=(),
+        left_out=(),
     ),
 )
 
 PROFILES: Mapping[str, Profile] = MappingProxyType({p.name: p for p in sorted(_ALL, key=lambda p: p.name)})
+
+# Names of 0.1 that 0.2.0 refuses, with the profile they became: fed to a Helm chart of the old name, those values
+# were accepted and did nothing.
+RENAMED: Mapping[str, str] = MappingProxyType(
+    {"kapp-controller": "tkg-kapp-controller", "vsphere-cpi": "tkg-vsphere-cpi", "vsphere-csi": "tkg-vsphere-csi"}
+)
 
 
 def helm_values(profile: str, values: ProxyValues) -> Values:
@@ -322,9 +458,15 @@ def _chosen(profile: str) -> Profile:
         raise UnknownProfileError(profile) from None
 
 
-def profile_no_proxy(settings: Settings, profile: str, network: NetworkValues | None = None) -> NoProxy:
-    """The cluster's NO_PROXY plus the profile's own host names, for that profile's values only."""
-    return settings.no_proxy(network, extra=_chosen(profile).no_proxy_sources())
+def profile_no_proxy(
+    settings: Settings, profile: str, network: NetworkValues | None = None, release: str | None = None
+) -> NoProxy:
+    """The cluster's NO_PROXY plus the profile's own names for `release` (default: the chart docs' release name)
+    and the cluster's domain, for that profile's values only."""
+    if release is not None:
+        release_name(release)
+    sources = _chosen(profile).no_proxy_sources(release, settings.cluster.dns_domain)
+    return settings.no_proxy(network, extra=sources)
 
 
 def profile_values(
@@ -333,13 +475,15 @@ def profile_values(
     network: NetworkValues | None = None,
     values: ProxyValues | None = None,
     selection: Iterable[Runtime] | None = None,
+    release: str | None = None,
 ) -> ProxyValues:
-    """The values one profile's builder receives: `values`' URLs (default: the settings') and its NO_PROXY, for
-    `selection` (default: `values`' selection, else the cluster-wide flags)."""
+    """The values one profile's builder receives: `values`' URLs (default: the settings') and its NO_PROXY for
+    `release`, for `selection` (default: `values`' selection, else the cluster-wide flags)."""
     http, https = (values.http_proxy, values.https_proxy) if values else (None, None)
     if selection is None:
         selection = values.selection if values else settings.runtimes.cluster_wide
-    return workload_values(settings, profile_no_proxy(settings, profile, network), http, https, selection)
+    no_proxy = profile_no_proxy(settings, profile, network, release)
+    return workload_values(settings, no_proxy, http, https, selection)
 
 
 def merge_values(user: Mapping[str, Any], proxy: Mapping[str, Any]) -> Values:
@@ -394,7 +538,7 @@ def _copy(value: Any) -> Any:
 def check_values_secrets(settings: Settings) -> None:
     """Refuse a `helmValuesSecrets` entry whose profile the catalog does not hold, naming the entry."""
     problems = [
-        f"helmValuesSecrets[{i}].profile: {spec.profile!r} is not a known profile (expected one of: {', '.join(PROFILES)})"
+        f"helmValuesSecrets[{i}].profile: {_unknown(spec.profile)}"
         for i, spec in enumerate(settings.helm_values_secrets)
         if spec.profile not in PROFILES
     ]

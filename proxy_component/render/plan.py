@@ -59,8 +59,9 @@ class PlanInputs:
     """The values the builders put into objects; strings for the command, Outputs for the component.
 
     `text(build, values)` turns values into a text: a call for strings, an
-    `apply` for Outputs. `helm_values(profile)` gives one Helm profile's values,
-    whose NO_PROXY adds the chart's own hosts; without it they are composed from
+    `apply` for Outputs. `helm_values(profile, release)` gives one Helm profile's
+    values, whose NO_PROXY adds the chart's own names for that release (None: the
+    name the chart's docs use); without it they are composed from
     the settings alone (the command's plan, which has no run-time network).
     `firewall` is the nftables table when a run-time network adds cluster
     ranges to it; without it the table is rendered from the settings.
@@ -72,8 +73,12 @@ class PlanInputs:
     digest: Any
     text: Callable[[Callable[[ProxyValues], str], ProxyValues], Any]
     ip_fields: Obj | None = None
-    helm_values: Callable[[str], ProxyValues] | None = None
+    helm_values: Callable[[str, str | None], ProxyValues] | None = None
     firewall: Any = None
+
+
+def _profile_values(settings: Settings, values: ProxyValues, profile: str, release: str | None) -> ProxyValues:
+    return profile_values(settings, profile, values=values, release=release)
 
 
 def node_values(settings: Settings, no_proxy: Any) -> ProxyValues:
@@ -149,8 +154,10 @@ def plan(settings: Settings, inputs: PlanInputs) -> list[Planned]:
         planned.append(Planned("trust-manager-bundle", "-trust-manager-bundle", trust_manager_bundle(settings)))
     for spec in settings.helm_values_secrets:
         name = values_secret_name(spec)
-        helm = inputs.helm_values or functools.partial(profile_values, settings, values=inputs.values)
-        selected = helm(spec.profile).select(settings.runtimes.cluster_wide if spec.runtimes is None else spec.runtimes)
+        helm = inputs.helm_values or functools.partial(_profile_values, settings, inputs.values)
+        selected = helm(spec.profile, spec.release).select(
+            settings.runtimes.cluster_wide if spec.runtimes is None else spec.runtimes
+        )
         text = inputs.text(functools.partial(values_yaml, spec.profile), selected)
         planned.append(
             Planned(

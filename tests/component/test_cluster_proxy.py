@@ -398,6 +398,25 @@ def test_without_a_family_the_service_follows_the_discovered_ranges(
     assert spec.get("ipFamilies") == families
 
 
+def test_helm_values_for_a_release_carry_that_releases_names(mocked: Harness) -> None:
+    proxy = ClusterProxy("egress", ClusterProxyArgs(settings=IPV6_ONLY))
+    cluster = mocked.value(proxy.no_proxy).split(",")
+
+    def no_proxy(values: Any) -> list[str]:
+        return str({e["name"]: e["value"] for e in mocked.value(values)["server"]["env"]}["NO_PROXY"]).split(",")
+
+    assert no_proxy(proxy.helm_values["argo-cd"]) == [
+        *cluster, "argocd-commit-server", "argocd-dex-server", "argocd-redis", "argocd-redis-ha-haproxy",
+        "argocd-repo-server",
+    ]  # fmt: skip
+    assert no_proxy(proxy.helm_values_for("argo-cd", release="my-release")) == [
+        *cluster, "my-release-argocd-commit-server", "my-release-argocd-dex-server", "my-release-argocd-redis",
+        "my-release-argocd-repo-server", "my-release-redis-ha-haproxy",
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match="'My' is not a DNS-1123 label"):
+        proxy.helm_values_for("argo-cd", release="My")
+
+
 def test_helm_values_and_kustomization_for_a_runtime_selection(mocked: Harness) -> None:
     proxy = ClusterProxy("egress", ClusterProxyArgs(settings=IPV6_ONLY))
     default = [e["name"] for e in mocked.value(proxy.helm_values["env"])["env"]]

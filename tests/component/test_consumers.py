@@ -119,7 +119,9 @@ def test_management_objects_go_through_the_management_provider(mocked: Harness) 
             assert "::workload::" in str(r.provider), r.name
     values = yaml.safe_load(by_name["egress-cluster-values"].inputs["stringData"]["values"])
     assert values["cluster"]["proxy"]["http"] == f"http://myProxyUser:{PASSWORD}@192.168.52.220:3128"
-    assert values["no_proxy"] == values["cluster"]["proxy"]["noProxy"] == mocked.value(proxy.no_proxy)
+    env = {e["name"]: e["value"] for e in values["env"]}
+    assert env["NO_PROXY"] == values["cluster"]["proxy"]["noProxy"] == mocked.value(proxy.no_proxy)
+    assert "no_proxy" not in values  # read by no Giant Swarm chart, and refused by the upstream cert-manager chart
 
 
 def test_with_credentials_every_carrier_is_a_secret(mocked: Harness) -> None:
@@ -178,7 +180,9 @@ def test_capi_uses_the_upstream_for_nodes_and_the_service_for_pods(mocked: Harne
 
 def test_an_unknown_helm_profile_is_refused_before_anything_is_created(mocked: Harness) -> None:
     settings = {**PLAIN, "helmValuesSecrets": [{"profile": "nginx", "namespace": "apps"}]}
-    with pytest.raises(SettingsError, match=r"helmValuesSecrets\[0\]\.profile: 'nginx' is not a known profile"):
+    with pytest.raises(
+        SettingsError, match=r"helmValuesSecrets\[0\]\.profile: 'nginx' is not a known Helm values profile"
+    ):
         ClusterProxy("egress", ClusterProxyArgs(settings=settings))
     assert [r.name for r in mocked.settle() if r.typ != "proxy-component:index:ClusterProxy"] == []
 

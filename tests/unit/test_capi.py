@@ -201,9 +201,15 @@ def test_cluster_values_follow_seed_001() -> None:
     values = yaml.safe_load(cluster_values_yaml(ProxyValues("http://p:3128", "http://p:3128", "cluster.local,svc")))
     assert values == {
         "cluster": {"proxy": {"http": "http://p:3128", "https": "http://p:3128", "noProxy": "cluster.local,svc"}},
-        "http_proxy": "http://p:3128",
-        "https_proxy": "http://p:3128",
-        "no_proxy": "cluster.local,svc",
+        # cluster-apps-operator's env list (read by charts with a top-level env, e.g. external-dns-app), both cases.
+        "env": [
+            {"name": "HTTP_PROXY", "value": "http://p:3128"},
+            {"name": "http_proxy", "value": "http://p:3128"},
+            {"name": "HTTPS_PROXY", "value": "http://p:3128"},
+            {"name": "https_proxy", "value": "http://p:3128"},
+            {"name": "NO_PROXY", "value": "cluster.local,svc"},
+            {"name": "no_proxy", "value": "cluster.local,svc"},
+        ],
     }
     assert "cluster:\n  proxy:\n    http: " in SEED_001
 

@@ -215,7 +215,7 @@ def test_render_formats(tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt:
 def test_render_helm_values(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "c.yaml"
     config.write_text(CAPI_CONFIG)
-    assert main(["render", str(config), "--format", "helm-values", "kapp-controller"]) == 0
+    assert main(["render", str(config), "--format", "helm-values", "tkg-kapp-controller"]) == 0
     values = yaml.safe_load(capsys.readouterr().out)
     assert values["kappController"]["config"]["httpProxy"] == "http://proxy.corp:3128"
 
@@ -324,3 +324,59 @@ def test_explain_says_why_jvms_get_no_proxy_with_credentials(
         "in-cluster tinyproxy with proxy.upstream holding them"
     ) in out
     assert "JVMs ignore the *_proxy variables, and JDK_JAVA_OPTIONS is not rendered: the proxy needs credentials" in out
+
+
+def argo_cd_no_proxy(out: str) -> list[str]:
+    values = yaml.safe_load(out)
+    return str({e["name"]: e["value"] for e in values["server"]["env"]}["NO_PROXY"]).split(",")
+
+
+def test_render_helm_values_derives_argo_cds_names_from_the_release(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["render", str(EXAMPLE), "--format", "helm-values", "argo-cd"]) == 0
+    default = argo_cd_no_proxy(capsys.readouterr().out)
+    assert main(["render", str(EXAMPLE), "--format", "helm-values", "argo-cd", "--release", "my-release"]) == 0
+    mine = argo_cd_no_proxy(capsys.readouterr().out)
+    assert "argocd-repo-server" in default
+    assert "my-release-argocd-repo-server" not in default
+    assert mine[-5:] == [
+        "my-release-argocd-commit-server",
+        "my-release-argocd-dex-server",
+        "my-release-argocd-redis",
+        "my-release-argocd-repo-server",
+        "my-release-redis-ha-haproxy",
+    ]
+    assert mine[:-5] == default[:-5]  # the cluster's entries do not change
+    assert main(["render", str(EXAMPLE), "--format", "helm-values", "argo-cd", "--release", "argocd"]) == 0
+    assert argo_cd_no_proxy(capsys.readouterr().out) == default
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["--format", "helm-values", "argo-cd", "--release", "My_Release"],
+            "--release: 'My_Release' is not a DNS-1123 label (expected 1-63 of a-z, 0-9 and '-', e.g. kube-system)",
+        ),
+        (
+            ["--format", "helm-values", "argo-cd", "--release", "r" * 54],
+            f"--release: '{'r' * 54}' has 54 characters, and Helm refuses release names longer than 53",
+        ),
+        (
+            ["--release", "x"],
+            "--release: only for --format helm-values (the chart's release name), not --format manifests",
+        ),
+        (
+            ["--format", "helm-values", "vsphere-cpi"],
+            "--format helm-values: 'vsphere-cpi' was renamed 'tkg-vsphere-cpi' in 0.2.0: its values are TKG addon data "
+            "values (read by ytt when TKG installs the addon), and a Helm chart named vsphere-cpi accepts them and "
+            "does nothing",
+        ),
+    ],
+)
+def test_bad_release_names_and_renamed_profiles_exit_2(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["render", str(EXAMPLE), *argv])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err

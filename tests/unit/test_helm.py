@@ -11,19 +11,21 @@ import pytest
 import yaml
 
 from proxy_component.noproxy import Category, Kind, parse_entry
-from proxy_component.render import plain_values
+from proxy_component.render import manifests, plain_values
 from proxy_component.render.env import ProxyValues, env_vars
 from proxy_component.render.helm import (
     PROFILES,
+    RENAMED,
     Profile,
     UnknownProfileError,
+    check_values_secrets,
     helm_values,
     merge_values,
     profile_no_proxy,
     profile_values,
     values_yaml,
 )
-from proxy_component.settings import NetworkValues, parse_settings
+from proxy_component.settings import NetworkValues, SettingsError, parse_settings
 
 HTTP = "http://http-proxy.kube-system.svc:8888"
 HTTPS = "http://https-proxy.corp.example:8443"
@@ -55,8 +57,7 @@ EXPECTED: dict[str, dict[str, Any]] = {
     "cloudzero-agent": {"defaults": {"env": ENV}},
     "env": {"env": ENV},
     "external-secrets": {"extraEnv": ENV},
-    "giantswarm-cluster-values": {"cluster": {"proxy": {"http": HTTP, "https": HTTPS, "noProxy": NO}}, **SNAKE},
-    "kapp-controller": {"kappController": {"config": CAMEL}},
+    "giantswarm-cluster-values": {"cluster": {"proxy": {"http": HTTP, "https": HTTPS, "noProxy": NO}}, "env": ENV},
     "kyverno": {
         "admissionController": {"container": {"extraEnvVars": ENV}},
         "backgroundController": {"extraEnvVars": ENV},
@@ -64,8 +65,9 @@ EXPECTED: dict[str, dict[str, Any]] = {
         "reportsController": {"extraEnvVars": ENV},
     },
     "proxy": {"proxy": CAMEL},
-    "vsphere-cpi": {"vsphereCPI": SNAKE},
-    "vsphere-csi": {"vsphereCSI": SNAKE},
+    "tkg-kapp-controller": {"kappController": {"config": CAMEL}},
+    "tkg-vsphere-cpi": {"vsphereCPI": SNAKE},
+    "tkg-vsphere-csi": {"vsphereCSI": SNAKE},
 }
 
 
@@ -83,11 +85,11 @@ HOSTS: dict[str, tuple[str, ...]] = {
     "env": (),
     "external-secrets": (),
     "giantswarm-cluster-values": (),
-    "kapp-controller": (),
     "kyverno": (),
     "proxy": (),
-    "vsphere-cpi": (),
-    "vsphere-csi": (),
+    "tkg-kapp-controller": (),
+    "tkg-vsphere-cpi": (),
+    "tkg-vsphere-csi": (),
 }
 
 CLUSTER_SETTINGS: dict[str, Any] = {
@@ -314,8 +316,8 @@ def test_unknown_profile_names_the_value_and_the_accepted_names() -> None:
         helm_values("nginx", VALUES)
     message = (
         "profile: 'nginx' is not a known Helm values profile (expected one of: argo-cd, cert-manager, "
-        "cloudzero-agent, env, external-secrets, giantswarm-cluster-values, kapp-controller, kyverno, proxy, "
-        "vsphere-cpi, vsphere-csi)"
+        "cloudzero-agent, env, external-secrets, giantswarm-cluster-values, kyverno, proxy, tkg-kapp-controller, "
+        "tkg-vsphere-cpi, tkg-vsphere-csi)"
     )
     assert str(caught.value) == message
     assert caught.value.profile == "nginx"
@@ -324,12 +326,14 @@ def test_unknown_profile_names_the_value_and_the_accepted_names() -> None:
 
 def test_the_docs_table_lists_every_profile_and_key() -> None:
     doc = (Path(__file__).resolve().parents[2] / "docs" / "helm-profiles.md").read_text()
-    rows = {line.split("|")[1].strip(): line for line in doc.splitlines() if line.startswith("| `")}
-    assert set(rows) == {f"`{name}`" for name in PROFILES}
+    section = doc.split("\n## Profiles\n", 1)[1].split("\n## ", 1)[0]
+    rows = {line.split("|")[1].strip(): line for line in section.splitlines() if line.startswith("| `")}
+    assert list(rows) == [f"`{name}`" for name in PROFILES]
     for name, profile in PROFILES.items():
         cells = rows[f"`{name}`"].split("|")
         assert cells[3].strip() == "<br>".join(f"`{key}`" for key in profile.keys), name
-        assert cells[-2].strip() == ("<br>".join(f"`{host}`" for host in profile.hosts) or "none"), name
+        hosts = "<br>".join(f"`{host}`" for host in profile.hosts) or "none"
+        assert cells[-2].strip().endswith(hosts) or cells[-2].strip().startswith(f"{hosts} ("), name
 
 
 # --- fidelity to the seed documents ----------------------------------------------------------------
@@ -412,29 +416,30 @@ def with_lower_case_twins(env: list[dict[str, Any]]) -> list[tuple[str, Any]]:
     return sorted([(e["name"], e["value"]) for e in env] + [(e["name"].lower(), e["value"]) for e in env])
 
 
-def test_giantswarm_cluster_values_match_seed_001() -> None:
+def test_giantswarm_cluster_values_match_seed_001_plus_the_env_list() -> None:
     expected = seed(SEED_001_CLUSTER_VALUES)
     proxy = expected["cluster"]["proxy"]
-    out = helm_values("giantswarm-cluster-values", ProxyValues(proxy["http"], proxy["https"], proxy["noProxy"]))
+    values = ProxyValues(proxy["http"], proxy["https"], proxy["noProxy"])
+    out = helm_values("giantswarm-cluster-values", values)
+    assert list(out) == ["cluster", "env"]
     assert out["cluster"] == expected["cluster"]
-    assert {k: v for k, v in out.items() if k != "cluster"} == {
-        "http_proxy": proxy["http"],
-        "https_proxy": proxy["https"],
-        "no_proxy": proxy["noProxy"],
-    }
+    # What cluster-apps-operator writes for charts with a top-level env (external-dns-app), in both spellings.
+    assert out["env"] == env_vars(values)
+    assert {e["name"]: e["value"] for e in out["env"]}["NO_PROXY"] == proxy["noProxy"]
 
 
-@pytest.mark.parametrize(("name", "text"), [("vsphere-cpi", SEED_002_CPI), ("vsphere-csi", SEED_002_CSI)])
+@pytest.mark.parametrize(("name", "text"), [("tkg-vsphere-cpi", SEED_002_CPI), ("tkg-vsphere-csi", SEED_002_CSI)])
 def test_tkg_vsphere_addon_values_match_seed_002(name: str, text: str) -> None:
     assert helm_values(name, SEED_002) == seed(text)
 
 
 def test_tkg_kapp_controller_values_match_seed_002() -> None:
     expected = seed(SEED_002_KAPP)
-    assert helm_values("kapp-controller", SEED_002)["kappController"]["config"] == expected["kappController"]["config"]
+    out = helm_values("tkg-kapp-controller", SEED_002)
+    assert out["kappController"]["config"] == expected["kappController"]["config"]
     without_config = copy.deepcopy(expected)
     del without_config["kappController"]["config"]
-    assert merge_values(without_config, helm_values("kapp-controller", SEED_002)) == expected
+    assert merge_values(without_config, helm_values("tkg-kapp-controller", SEED_002)) == expected
 
 
 def test_cloudzero_defaults_env_matches_seed_003_with_lower_case_twins() -> None:
@@ -460,11 +465,12 @@ def test_generic_env_and_proxy_match_seed_000() -> None:
 
 def test_user_scalars_win_and_nested_mappings_merge() -> None:
     user = {"http_proxy": "http://theirs:3128", "cluster": {"proxy": {"noProxy": "theirs"}, "name": "c1"}, "a": 1}
-    proxy = helm_values("giantswarm-cluster-values", VALUES)
+    proxy = merge_values(helm_values("giantswarm-cluster-values", VALUES), helm_values("cert-manager", VALUES))
     assert merge_values(user, proxy) == {
         "http_proxy": "http://theirs:3128",
         "cluster": {"proxy": {"noProxy": "theirs", "http": HTTP, "https": HTTPS}, "name": "c1"},
         "a": 1,
+        "env": ENV,
         "https_proxy": HTTPS,
         "no_proxy": NO,
     }
@@ -533,7 +539,10 @@ def test_merge_keeps_opaque_leaves_by_identity() -> None:
         "cluster": {"proxy": {"https": theirs_http}},
     }
     proxy = merge_values(
-        helm_values("giantswarm-cluster-values", ProxyValues(http, https, no)),
+        merge_values(
+            helm_values("giantswarm-cluster-values", ProxyValues(http, https, no)),
+            helm_values("cert-manager", ProxyValues(http, https, no)),
+        ),
         helm_values("external-secrets", ProxyValues(http, https, no)),
     )
     merged = merge_values(user, proxy)
@@ -547,3 +556,122 @@ def test_merge_keeps_opaque_leaves_by_identity() -> None:
     values = {entry["name"]: entry["value"] for entry in merged["extraEnv"][1:]}
     assert list(values) == [entry["name"] for entry in ENV]
     assert all(values[name] is {"HTTP": http, "HTTPS": https, "NO": no}[name.split("_")[0].upper()] for name in values)
+
+
+# --- release names, the cluster domain, renamed profiles, left-out containers ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("release", "names"),
+    [
+        ("argocd", HOSTS["argo-cd"]),
+        ("my-release", ("my-release-argocd-commit-server", "my-release-argocd-dex-server", "my-release-argocd-redis",
+                        "my-release-argocd-repo-server", "my-release-redis-ha-haproxy")),
+        # Does not contain "argocd" (nameOverride), so the chart appends it.
+        ("argo-cd", ("argo-cd-argocd-commit-server", "argo-cd-argocd-dex-server", "argo-cd-argocd-redis",
+                     "argo-cd-argocd-repo-server", "argo-cd-redis-ha-haproxy")),
+        ("team-argocd-prod", ("team-argocd-prod-commit-server", "team-argocd-prod-dex-server", "team-argocd-prod-redis",
+                              "team-argocd-prod-redis-ha-haproxy", "team-argocd-prod-repo-server")),
+        ("redis-ha-argocd", ("redis-ha-argocd-commit-server", "redis-ha-argocd-dex-server", "redis-ha-argocd-haproxy",
+                             "redis-ha-argocd-redis", "redis-ha-argocd-repo-server")),
+    ],
+)  # fmt: skip
+def test_argo_cds_names_follow_the_release_name(release: str, names: tuple[str, ...]) -> None:
+    assert PROFILES["argo-cd"].names(release) == names
+    tokens = str(profile_no_proxy(parse_settings(CLUSTER_SETTINGS), "argo-cd", release=release)).split(",")
+    assert tokens == [*CLUSTER_NO_PROXY.split(","), *names]
+
+
+def test_argo_cds_names_are_cut_at_63_characters_like_the_charts() -> None:
+    names = PROFILES["argo-cd"].names("a" * 50)
+    assert all(len(name) <= 63 and not name.endswith("-") for name in names)
+    # <release>-argocd-repo-server is 69 characters: cut at 63 it ends in "-", which the chart trims.
+    assert "a" * 50 + "-argocd-repo" in names
+
+
+def test_a_release_name_is_checked() -> None:
+    settings = parse_settings({})
+    with pytest.raises(ValueError, match=r"'Argo' is not a DNS-1123 label"):
+        profile_no_proxy(settings, "argo-cd", release="Argo")
+    with pytest.raises(ValueError, match=r"has 54 characters, and Helm refuses release names longer than 53"):
+        profile_values(settings, "argo-cd", release="a" * 54)
+
+
+def test_the_release_changes_nothing_for_profiles_whose_names_do_not_derive_from_it() -> None:
+    settings = parse_settings(CLUSTER_SETTINGS)
+    for name in PROFILES:
+        if name != "argo-cd":
+            assert str(profile_no_proxy(settings, name, release="my-release")) == str(profile_no_proxy(settings, name))
+
+
+@pytest.mark.parametrize(
+    ("domain", "added"),
+    [
+        ("cluster.local", []),
+        ("k8s.internal", ["svc.cluster.local", ".svc.cluster.local"]),
+        ("corp.cluster.local", ["svc.cluster.local", ".svc.cluster.local"]),
+        ("local", []),
+    ],
+)
+def test_cloudzero_adds_svc_cluster_local_unless_the_cluster_domain_covers_it(domain: str, added: list[str]) -> None:
+    settings = parse_settings({**CLUSTER_SETTINGS, "cluster": {**CLUSTER_SETTINGS["cluster"], "dnsDomain": domain}})
+    cluster = str(settings.no_proxy()).split(",")
+    assert str(profile_no_proxy(settings, "cloudzero-agent")).split(",") == cluster + added
+    for name in ("cloudzero-cz-aggregator.tools.svc.cluster.local", "kubernetes.default.svc.cluster.local"):
+        tokens = str(profile_no_proxy(settings, "cloudzero-agent")).split(",")
+        assert any(name == t.lstrip(".") or name.endswith("." + t.lstrip(".")) for t in tokens), (domain, name)
+
+
+@pytest.mark.parametrize(("old", "new"), [("kapp-controller", "tkg-kapp-controller"), ("vsphere-cpi", "tkg-vsphere-cpi"),
+                                          ("vsphere-csi", "tkg-vsphere-csi")])  # fmt: skip
+def test_renamed_profiles_are_refused_naming_the_new_name(old: str, new: str) -> None:
+    assert RENAMED[old] == new
+    assert old not in PROFILES
+    message = (
+        f"{old!r} was renamed {new!r} in 0.2.0: its values are TKG addon data values (read by ytt when TKG installs "
+        f"the addon), and a Helm chart named {old} accepts them and does nothing"
+    )
+    with pytest.raises(UnknownProfileError) as caught:
+        helm_values(old, VALUES)
+    assert str(caught.value) == f"profile: {message}"
+    with pytest.raises(UnknownProfileError):
+        profile_no_proxy(parse_settings({}), old)
+    with pytest.raises(SettingsError) as refused:
+        check_values_secrets(parse_settings({"helmValuesSecrets": [{"profile": old, "namespace": "apps"}]}))
+    assert f"helmValuesSecrets[0].profile: {message}" in str(refused.value)
+
+
+@pytest.mark.parametrize("profile", PROFILES.values(), ids=lambda p: p.name)
+def test_left_out_entries_name_a_workload_a_container_and_a_reason(profile: Profile) -> None:
+    for entry in profile.left_out:
+        workload, _, container = entry.pattern.partition("/")
+        assert workload, entry
+        assert container, entry
+        assert "/" not in container, entry
+        assert len(entry.reason) > 20, entry
+
+
+def test_a_values_secret_carries_the_names_of_its_release() -> None:
+    settings = parse_settings(
+        {
+            **CLUSTER_SETTINGS,
+            "helmValuesSecrets": [
+                {"profile": "argo-cd", "namespace": "argocd"},
+                {"profile": "argo-cd", "namespace": "cd", "name": "mine", "release": "my-release"},
+            ],
+        }
+    )
+    secrets = {
+        o["metadata"]["namespace"]: yaml.safe_load(o["stringData"]["values.yaml"])
+        for o in manifests(settings)
+        if o["kind"] == "Secret" and "values.yaml" in o.get("stringData", {})
+    }
+    no_proxy = {ns: {e["name"]: e["value"] for e in v["server"]["env"]}["NO_PROXY"] for ns, v in secrets.items()}
+    assert no_proxy["argocd"] == str(profile_no_proxy(settings, "argo-cd"))
+    assert no_proxy["cd"] == str(profile_no_proxy(settings, "argo-cd", release="my-release"))
+    assert no_proxy["cd"].endswith(",my-release-argocd-repo-server,my-release-redis-ha-haproxy")
+
+
+def test_a_release_name_in_the_settings_is_checked() -> None:
+    with pytest.raises(SettingsError, match=r"helmValuesSecrets\[0\]\.release: 'My' is not a DNS-1123 label"):
+        parse_settings({"helmValuesSecrets": [{"profile": "argo-cd", "namespace": "cd", "release": "My"}]})

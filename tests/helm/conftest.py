@@ -1,0 +1,32 @@
+"""The Helm lane (pytest -m helm): Helm built by scripts/helm and the real charts of ../shared/charts, unpacked once
+per session. Never skipped: a missing Helm or chart fails the lane with the reason."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.helm.lane import HelmBuildError, Lane, build_helm, extract_charts
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.helm)
+
+
+@pytest.fixture(scope="session")
+def helm() -> Path:
+    try:
+        path = build_helm()
+    except HelmBuildError as exc:
+        pytest.fail(str(exc))
+    assert path.is_file(), f"scripts/helm printed {path}, which is not a file"
+    return path
+
+
+@pytest.fixture(scope="session")
+def lane(helm: Path, tmp_path_factory: pytest.TempPathFactory) -> Lane:
+    return Lane(helm, extract_charts(tmp_path_factory.mktemp("charts")))
