@@ -182,6 +182,7 @@ class ClusterProxy(pulumi.ComponentResource):
             java_options=java,
             selection=settings.runtimes.cluster_wide,
             java_trust_options=trusted,
+            trust=settings.trusted_ca is not None,
         )
 
     def helm_values_for(
@@ -349,8 +350,9 @@ def _plain(values: ProxyValues) -> pulumi.Output[ProxyValues]:
 
     def build(v: list[Any]) -> ProxyValues:
         return ProxyValues(
-            v[0], v[1], v[2], no_proxy_python=v[3], java_options=v[4], selection=selection, java_trust_options=v[5]
-        )
+            v[0], v[1], v[2], no_proxy_python=v[3], java_options=v[4], selection=selection, java_trust_options=v[5],
+            trust=values.trust,
+        )  # fmt: skip
 
     return pulumi.Output.all(
         values.http_proxy,

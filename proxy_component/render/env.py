@@ -90,7 +90,9 @@ class ProxyValues:
     same list, as nodes get); `java_options` the JDK_JAVA_OPTIONS value, None when it
     is not rendered (a proxy with credentials or https://); `java_trust_options` the
     value for a container that also gets the trust group (`render.trust`): the proxy
-    properties and the truststore's, None without `proxy.upstream.trustedCa`.
+    properties and the truststore's, None without `proxy.upstream.trustedCa`; `trust`
+    whether there is a trusted CA (known from the settings alone, so plain even in the
+    component): Helm profiles then give their containers the trust group too.
     `selection` is the runtimes these values are for: `select` gives the same values
     for another selection, `trusted` those of a container with the trust mount.
     """
@@ -102,6 +104,7 @@ class ProxyValues:
     java_options: Any = None
     selection: frozenset[Runtime] = frozenset()
     java_trust_options: Any = None
+    trust: bool = False
 
     def select(self, selection: Iterable[Runtime]) -> ProxyValues:
         return replace(self, selection=frozenset(selection))
@@ -134,6 +137,7 @@ def workload_values(
         java_options=java,
         selection=frozenset(selection),
         java_trust_options=f"{java} {JAVA_TRUST_OPTIONS}" if java is not None and settings.trusted_ca else None,
+        trust=settings.trusted_ca is not None,
     )
 
 

@@ -33,6 +33,7 @@ import yaml
 from ..noproxy import NoProxy
 from ..settings import HelmValuesSecret, NetworkValues, Runtime, Settings, SettingsError, release_name
 from .env import ProxyValues, env_vars, workload_values
+from .trust import bundle_in, trust_env_vars, trust_volume, trust_volume_mount
 
 __all__ = [
     "PROFILES",
@@ -73,6 +74,9 @@ class Profile:
     when set, gives them for another release name or cluster domain, as the
     chart's templates name them. `source` says where they come from. `left_out`
     lists the containers the profile leaves out on purpose, each with its reason.
+    `trust_keys` are the keys set only with `proxy.upstream.trustedCa`: the
+    `proxy-trust` volume and mounts (and the trust variables where the proxy's
+    keys are no env list); with them, the env lists carry the trust group too.
     """
 
     name: str
@@ -85,6 +89,7 @@ class Profile:
     release: str | None = None
     derive: Callable[[str, str], tuple[str, ...]] | None = None
     left_out: tuple[LeftOut, ...] = ()
+    trust_keys: tuple[str, ...] = ()
 
     def names(self, release: str | None = None, dns_domain: str = "cluster.local") -> tuple[str, ...]:
         """The in-cluster names for a release (default: the docs' `release`) in a cluster with this domain."""
@@ -112,12 +117,20 @@ class UnknownProfileError(KeyError):
 
 
 class _Leaf(enum.Enum):
-    """What a key path receives: one of the three values, or the six-entry env list."""
+    """What a key path receives: one of the three values, or the six-entry env list (with a trusted CA, the trust
+    group's variables after them); and, only with a trusted CA, the trust group's variables alone (a chart whose
+    proxy keys are no env list), the `proxy-trust` volume or its mount (`render.trust`)."""
 
     HTTP = "http_proxy"
     HTTPS = "https_proxy"
     NO = "no_proxy"
     ENV = "env"
+    TRUST_ENV = "trust_env"
+    VOLUMES = "volumes"
+    MOUNTS = "volume_mounts"
+
+
+_TRUST_ONLY = frozenset({_Leaf.TRUST_ENV, _Leaf.VOLUMES, _Leaf.MOUNTS})
 
 
 def _unknown(profile: str) -> str:
@@ -130,21 +143,34 @@ def _unknown(profile: str) -> str:
     return f"{profile!r} is not a known Helm values profile (expected one of: {', '.join(sorted(PROFILES))})"
 
 
-def _leaf(kind: _Leaf, values: ProxyValues) -> Any:
+def _leaf(kind: _Leaf, values: ProxyValues, trusted: bool) -> Any:
     if kind is _Leaf.ENV:
-        return env_vars(values)
+        return [*env_vars(values.trusted()), *trust_env_vars()] if trusted else env_vars(values)
+    if kind is _Leaf.TRUST_ENV:
+        return trust_env_vars()
+    if kind is _Leaf.VOLUMES:
+        return [trust_volume()]
+    if kind is _Leaf.MOUNTS:
+        return [trust_volume_mount()]
     return getattr(values, kind.value)
 
 
 def _builder(spec: tuple[tuple[str, _Leaf], ...]) -> Callable[[ProxyValues], Values]:
+    """The values of a spec. The trust group only where the chart takes the mount too: its variables name files
+    in it, and a variable naming a missing file breaks every TLS call (OpenSSL then loads no root at all)."""
+    mounts = any(kind is _Leaf.MOUNTS for _, kind in spec)
+
     def build(values: ProxyValues) -> Values:
+        trusted = values.trust and mounts
         out: Values = {}
         for path, kind in spec:
+            if kind in _TRUST_ONLY and not trusted:
+                continue
             *parents, last = path.split(".")
             node = out
             for part in parents:
                 node = node.setdefault(part, {})
-            node[last] = _leaf(kind, values)
+            node[last] = _leaf(kind, values, trusted)
         return out
 
     return build
@@ -164,8 +190,9 @@ def _profile(
     """A profile whose `keys` and builder come from one spec, so they cannot drift apart; `left_out` must be
     declared. Its `hosts` are what `derive` gives for the docs' release and cluster.local (none without it)."""
     hosts = derive(release or name, "cluster.local") if derive is not None else ()
-    keys = tuple(path for path, _ in spec)
-    return Profile(name, chart, keys, source, description, _builder(spec), hosts, release, derive, left_out)
+    keys = tuple(path for path, kind in spec if kind not in _TRUST_ONLY)
+    trust_keys = tuple(path for path, kind in spec if kind in _TRUST_ONLY)
+    return Profile(name, chart, keys, source, description, _builder(spec), hosts, release, derive, left_out, trust_keys)
 
 
 def _helm_name(text: str) -> str:
@@ -206,6 +233,11 @@ def _triple(prefix: str, http: str, https: str, no: str) -> tuple[tuple[str, _Le
     return ((f"{prefix}{http}", _Leaf.HTTP), (f"{prefix}{https}", _Leaf.HTTPS), (f"{prefix}{no}", _Leaf.NO))
 
 
+def _mounts(*pairs: tuple[str, str]) -> tuple[tuple[str, _Leaf], ...]:
+    """(volumes key, volumeMounts key) per component: where the chart takes the `proxy-trust` volume and mount."""
+    return tuple(spot for volumes, mounts in pairs for spot in ((volumes, _Leaf.VOLUMES), (mounts, _Leaf.MOUNTS)))
+
+
 def _envs(*paths: str) -> tuple[tuple[str, _Leaf], ...]:
     return tuple((path, _Leaf.ENV) for path in paths)
 
@@ -223,7 +255,7 @@ _ALL = (
         "component calls another (the API server calls the webhook's Service, and does not read these variables)",
         "The controller is the component that calls ACME servers; the chart sets the upper-case variables from "
         "these three top-level keys. The webhook and cainjector talk only to the API server.",
-        _triple("", *_SNAKE),
+        (*_triple("", *_SNAKE), ("extraEnv", _Leaf.TRUST_ENV), *_mounts(("volumes", "volumeMounts"))),
         left_out=(
             LeftOut("*-cainjector/cert-manager-cainjector", "injects CA bundles into API objects: API server only"),
             LeftOut("*-webhook/cert-manager-webhook", "serves the API server's admission calls; calls nothing outside"),
@@ -259,14 +291,25 @@ _ALL = (
         "global.env: the chart concatenates it with each component's list, so a user's global.env plus ours "
         "would repeat names, while per-component lists merge without duplicates. The components call each other "
         "by short Service names over gRPC, which honours HTTPS_PROXY: the profile's NO_PROXY adds those names.",
-        _envs(
-            "applicationSet.extraEnv",
-            "commitServer.extraEnv",
-            "controller.env",
-            "dex.env",
-            "notifications.extraEnv",
-            "repoServer.env",
-            "server.env",
+        (
+            *_envs(
+                "applicationSet.extraEnv",
+                "commitServer.extraEnv",
+                "controller.env",
+                "dex.env",
+                "notifications.extraEnv",
+                "repoServer.env",
+                "server.env",
+            ),
+            *_mounts(
+                ("applicationSet.extraVolumes", "applicationSet.extraVolumeMounts"),
+                ("commitServer.extraVolumes", "commitServer.extraVolumeMounts"),
+                ("controller.volumes", "controller.volumeMounts"),
+                ("dex.volumes", "dex.volumeMounts"),
+                ("notifications.extraVolumes", "notifications.extraVolumeMounts"),
+                ("repoServer.volumes", "repoServer.volumeMounts"),
+                ("server.volumes", "server.volumeMounts"),
+            ),
         ),
         release="argocd",
         derive=_argo_cd_names,
@@ -324,7 +367,7 @@ _ALL = (
         "Only the controller talks to the secret providers (cloud secret managers, Vault, ...). The webhook "
         "validates resources and the cert controller keeps the webhook certificate: both talk to the API server "
         "only, so webhook.extraEnv and certController.extraEnv are left alone.",
-        _envs("extraEnv"),
+        (*_envs("extraEnv"), *_mounts(("extraVolumes", "extraVolumeMounts"))),
         left_out=(
             LeftOut("*-cert-controller/cert-controller", "keeps the webhook's certificate: API server only"),
             LeftOut("*-webhook/webhook", "serves the API server's admission calls; calls nothing outside"),
@@ -380,11 +423,19 @@ _ALL = (
         "context), reports (background scans, registry client), cleanup (global context entries). Not the "
         "admission controller's kyverno-pre init container (API server only), and not global.extraEnvVars, "
         "which the admission and reports controller templates at the commits read do not include.",
-        _envs(
-            "admissionController.container.extraEnvVars",
-            "backgroundController.extraEnvVars",
-            "cleanupController.extraEnvVars",
-            "reportsController.extraEnvVars",
+        (
+            *_envs(
+                "admissionController.container.extraEnvVars",
+                "backgroundController.extraEnvVars",
+                "cleanupController.extraEnvVars",
+                "reportsController.extraEnvVars",
+            ),
+            *_mounts(
+                ("admissionController.extraVolumes", "admissionController.extraVolumeMounts"),
+                ("backgroundController.extraVolumes", "backgroundController.extraVolumeMounts"),
+                ("cleanupController.extraVolumes", "cleanupController.extraVolumeMounts"),
+                ("reportsController.extraVolumes", "reportsController.extraVolumeMounts"),
+            ),
         ),
         left_out=(
             LeftOut("kyverno-admission-controller/kyverno-pre", "init container (kyvernopre): API server only"),
@@ -536,11 +587,22 @@ def _copy(value: Any) -> Any:
 
 
 def check_values_secrets(settings: Settings) -> None:
-    """Refuse a `helmValuesSecrets` entry whose profile the catalog does not hold, naming the entry."""
+    """Refuse a `helmValuesSecrets` entry whose profile the catalog does not hold, or whose chart's pods would mount
+    a `proxy-trust` that its namespace does not get, naming the entry."""
     problems = [
         f"helmValuesSecrets[{i}].profile: {_unknown(spec.profile)}"
         for i, spec in enumerate(settings.helm_values_secrets)
         if spec.profile not in PROFILES
+    ]
+    problems += [
+        f"helmValuesSecrets (profile {spec.profile}, namespace {spec.namespace}).namespace: {spec.namespace!r} gets "
+        f"no proxy-trust, which the {spec.profile} values mount with proxy.upstream.trustedCa set, so the chart's "
+        "pods would not start (expected a namespace listed in namespaces, or injection.kyverno: true)"
+        for spec in settings.helm_values_secrets
+        if spec.profile in PROFILES
+        and settings.trusted_ca is not None
+        and PROFILES[spec.profile].trust_keys
+        and not bundle_in(settings, spec.namespace)
     ]
     if problems:
         raise SettingsError(problems)

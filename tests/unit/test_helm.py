@@ -675,3 +675,39 @@ def test_a_values_secret_carries_the_names_of_its_release() -> None:
 def test_a_release_name_in_the_settings_is_checked() -> None:
     with pytest.raises(SettingsError, match=r"helmValuesSecrets\[0\]\.release: 'My' is not a DNS-1123 label"):
         parse_settings({"helmValuesSecrets": [{"profile": "argo-cd", "namespace": "cd", "release": "My"}]})
+
+
+def test_a_values_secret_whose_namespace_gets_no_trust_bundle_is_refused_naming_the_entry(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With a trusted CA the argo-cd values mount proxy-trust: a namespace without it would keep the pods from
+    starting. The env profile mounts nothing and is fine anywhere."""
+    from proxy_component.cli import main
+    from tests.pki import make_ca
+
+    settings = {
+        "proxy": {"upstream": {"url": "http://proxy.corp:3128", "trustedCa": make_ca().cert_pem}},
+        "cluster": {"podCidrs": ["10.244.0.0/16"], "serviceCidrs": ["10.96.0.0/12"]},
+        "namespaces": ["apps"],
+        "helmValuesSecrets": [{"profile": "env", "namespace": "argocd"}, {"profile": "argo-cd", "namespace": "argocd"}],
+    }
+    config = tmp_path / "settings.yaml"
+    config.write_text(yaml.safe_dump(settings))
+    assert main(["render", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "helmValuesSecrets (profile argo-cd, namespace argocd).namespace: 'argocd' gets no proxy-trust" in err
+    assert "profile env" not in err
+    settings["namespaces"] = ["apps", "argocd"]
+    config.write_text(yaml.safe_dump(settings))
+    assert main(["render", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert "proxy-trust" in out
+
+
+def test_the_docs_list_each_profiles_trust_keys() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "helm-profiles.md").read_text()
+    section = doc.split("\n## With a trusted CA", 1)[1].split("\n## ", 1)[0]
+    rows = {line.split("|")[1].strip(): line.split("|")[2].strip() for line in section.splitlines() if "| `" in line}
+    assert rows == {
+        f"`{name}`": "<br>".join(f"`{key}`" for key in p.trust_keys) for name, p in PROFILES.items() if p.trust_keys
+    }
