@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
+from .render.proxy import restricted_security_context
 from .settings import Settings
 
 __all__ = [
@@ -195,13 +196,7 @@ def probe_pod(settings: Settings, node: str, run: str, index: int, script: str, 
                         "requests": {"cpu": "10m", "memory": "16Mi"},
                         "limits": {"cpu": "100m", "memory": "32Mi"},
                     },
-                    "securityContext": {
-                        "allowPrivilegeEscalation": False,
-                        "readOnlyRootFilesystem": True,
-                        "runAsNonRoot": True,
-                        "privileged": False,
-                        "capabilities": {"drop": ["ALL"]},
-                    },
+                    "securityContext": restricted_security_context(),
                     "volumeMounts": [{"name": "scratch", "mountPath": "/probe"}],
                 }
             ],

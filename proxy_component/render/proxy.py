@@ -27,6 +27,7 @@ __all__ = [
     "ip_family_fields",
     "labels",
     "probe",
+    "restricted_security_context",
     "service",
     "tinyproxy_conf",
     "tinyproxy_filter",
@@ -338,13 +339,7 @@ def daemonset(settings: Settings, digest: Any) -> Obj:
                                 "requests": dict(d.resources.requests),
                                 "limits": dict(d.resources.limits),
                             },
-                            "securityContext": {
-                                "allowPrivilegeEscalation": False,
-                                "readOnlyRootFilesystem": True,
-                                "runAsNonRoot": True,
-                                "privileged": False,
-                                "capabilities": {"drop": ["ALL"]},
-                            },
+                            "securityContext": restricted_security_context(),
                             "volumeMounts": [{"name": "config", "mountPath": d.config_dir, "readOnly": True}],
                         }
                     ],
@@ -352,6 +347,17 @@ def daemonset(settings: Settings, digest: Any) -> Obj:
                 },
             },
         },
+    }
+
+
+def restricted_security_context() -> Obj:
+    """A container's securityContext for Pod Security `restricted`: non-root, read-only, no capability at all."""
+    return {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "privileged": False,
+        "capabilities": {"drop": ["ALL"]},
     }
 
 
