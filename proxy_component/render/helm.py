@@ -590,13 +590,12 @@ def check_values_secrets(settings: Settings) -> None:
     """Refuse a `helmValuesSecrets` entry whose profile the catalog does not hold, or whose chart's pods would mount
     a `proxy-trust` that its namespace does not get, naming the entry."""
     problems = [
-        f"helmValuesSecrets[{i}].profile: {_unknown(spec.profile)}"
-        for i, spec in enumerate(settings.helm_values_secrets)
+        f"{_entry(spec)}.profile: {_unknown(spec.profile)}"
+        for spec in settings.helm_values_secrets
         if spec.profile not in PROFILES
     ]
     problems += [
-        f"helmValuesSecrets (profile {spec.profile}, namespace {spec.namespace}).namespace: {spec.namespace!r} gets "
-        f"no proxy-trust, which the {spec.profile} values mount with proxy.upstream.trustedCa set, so the chart's "
+        f"{_entry(spec)}.namespace: {spec.namespace!r} gets no proxy-trust, which the {spec.profile} values mount with proxy.upstream.trustedCa set, so the chart's "
         "pods would not start (expected a namespace listed in namespaces, or injection.kyverno: true)"
         for spec in settings.helm_values_secrets
         if spec.profile in PROFILES
@@ -606,6 +605,12 @@ def check_values_secrets(settings: Settings) -> None:
     ]
     if problems:
         raise SettingsError(problems)
+
+
+def _entry(spec: HelmValuesSecret) -> str:
+    """A `helmValuesSecrets` entry named by what it holds: the settings keep the entries sorted, so a position
+    would not be the one the user wrote."""
+    return f"helmValuesSecrets (profile {spec.profile}, namespace {spec.namespace})"
 
 
 def values_secret_name(spec: HelmValuesSecret) -> str:

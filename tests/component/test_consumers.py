@@ -181,7 +181,8 @@ def test_capi_uses_the_upstream_for_nodes_and_the_service_for_pods(mocked: Harne
 def test_an_unknown_helm_profile_is_refused_before_anything_is_created(mocked: Harness) -> None:
     settings = {**PLAIN, "helmValuesSecrets": [{"profile": "nginx", "namespace": "apps"}]}
     with pytest.raises(
-        SettingsError, match=r"helmValuesSecrets\[0\]\.profile: 'nginx' is not a known Helm values profile"
+        SettingsError,
+        match=r"helmValuesSecrets \(profile nginx, namespace apps\)\.profile: 'nginx' is not a known Helm values profile",
     ):
         ClusterProxy("egress", ClusterProxyArgs(settings=settings))
     assert [r.name for r in mocked.settle() if r.typ != "proxy-component:index:ClusterProxy"] == []

@@ -638,7 +638,7 @@ def test_renamed_profiles_are_refused_naming_the_new_name(old: str, new: str) ->
         profile_no_proxy(parse_settings({}), old)
     with pytest.raises(SettingsError) as refused:
         check_values_secrets(parse_settings({"helmValuesSecrets": [{"profile": old, "namespace": "apps"}]}))
-    assert f"helmValuesSecrets[0].profile: {message}" in str(refused.value)
+    assert f"helmValuesSecrets (profile {old}, namespace apps).profile: {message}" in str(refused.value)
 
 
 @pytest.mark.parametrize("profile", PROFILES.values(), ids=lambda p: p.name)
@@ -711,3 +711,13 @@ def test_the_docs_list_each_profiles_trust_keys() -> None:
     assert rows == {
         f"`{name}`": "<br>".join(f"`{key}`" for key in p.trust_keys) for name, p in PROFILES.items() if p.trust_keys
     }
+
+
+def test_a_bad_values_secret_is_named_by_what_it_holds_whatever_its_position() -> None:
+    """The settings sort the entries, so an index would point at another entry than the user's."""
+    entries = [{"profile": "nginx", "namespace": "zeta"}, {"profile": "argo-cd", "namespace": "alpha"}]
+    for order in (entries, entries[::-1]):
+        with pytest.raises(SettingsError) as refused:
+            check_values_secrets(parse_settings({"helmValuesSecrets": order}))
+        (problem,) = refused.value.problems
+        assert problem.startswith("helmValuesSecrets (profile nginx, namespace zeta).profile: 'nginx' is not a known")
