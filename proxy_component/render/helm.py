@@ -421,8 +421,10 @@ _ALL = (
         "All four controllers can reach outside: admission (verifyImages against registries, Sigstore/TUF; "
         "apiCall context), background (generate and mutate-existing rules with apiCall or imageRegistry "
         "context), reports (background scans, registry client), cleanup (global context entries). Not the "
-        "admission controller's kyverno-pre init container (API server only), and not global.extraEnvVars, "
-        "which the admission and reports controller templates at the commits read do not include.",
+        "admission controller's kyverno-pre init container (API server only), and not global.extraEnvVars: "
+        "each template concatenates it with the component's list (kyverno @111e07bb), the kyverno-pre init "
+        "container's too, so it would reach kyverno-pre, and a user's global.extraEnvVars plus ours would repeat "
+        "names.",
         (
             *_envs(
                 "admissionController.container.extraEnvVars",
