@@ -97,10 +97,9 @@ def test_a_yaml_program_writes_the_objects_the_python_example_writes(
     project.run("preview", "--expect-no-changes")
 
 
-def test_a_typescript_program_writes_the_objects_the_python_example_writes(
-    project_factory: Any, hosts: Path, plugin: Path, tmp_path: Path
-) -> None:
-    project: Project = project_factory("examples/typescript", "ci", "typescript")
+def typescript_project(project_factory: Any, hosts: Path, plugin: Path, name: str = "typescript") -> Project:
+    """examples/typescript with its npm packages and `pulumi package add` done (the stack not created yet)."""
+    project: Project = project_factory("examples/typescript", "ci", name)
     project.env["PATH"] = f"{hosts}:{project.env['PATH']}"
     _home(project, hosts)
     npm = subprocess.run(["npm", "install", "--no-audit", "--no-fund"], cwd=project.dir, capture_output=True, text=True,
@@ -110,6 +109,13 @@ def test_a_typescript_program_writes_the_objects_the_python_example_writes(
     assert "Added package proxy-component" in added.stdout + added.stderr
     package = json.loads((project.dir / "package.json").read_text())
     assert package["dependencies"]["@pulumi/proxy-component"] == "file:sdks/proxy-component"
+    return project
+
+
+def test_a_typescript_program_writes_the_objects_the_python_example_writes(
+    project_factory: Any, hosts: Path, plugin: Path, tmp_path: Path
+) -> None:
+    project = typescript_project(project_factory, hosts, plugin)
     project.init()
     up = project.up()
     assert "Traceback" not in up.stdout + up.stderr
@@ -216,13 +222,7 @@ def test_an_unknown_key_from_an_untyped_program_fails_with_the_python_message(
 ) -> None:
     """JavaScript, or a cast in TypeScript, sends keys the schema lacks; the SDK would drop them, the provider
     refuses them with the message Python users get."""
-    project: Project = project_factory("examples/typescript", "ci", "typescript-unknown")
-    project.env["PATH"] = f"{hosts}:{project.env['PATH']}"
-    _home(project, hosts)
-    npm = subprocess.run(["npm", "install", "--no-audit", "--no-fund"], cwd=project.dir, capture_output=True, text=True,
-                         timeout=600)  # fmt: skip
-    assert npm.returncode == 0, npm.stderr
-    project.run("package", "add", str(plugin))
+    project = typescript_project(project_factory, hosts, plugin, "typescript-unknown")
     source = (project.dir / "index.ts").read_text()
     typo = source.replace('namespaces: ["default"],', 'namespaces: ["default"], deployment: { replica: 2 },')
     typo = typo.replace("    settings: {", "    settings: <any>{")
