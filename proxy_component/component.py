@@ -16,7 +16,7 @@ import pulumi_kubernetes as k8s
 
 from .discovery.network import ClusterNetwork
 from .explain import warnings
-from .noproxy import NoProxy
+from .noproxy import NoProxy, NoProxyError
 from .render import PlanInputs, Planned, check_allow_sources, node_values, plan
 from .render.capi import kubeadm_config_spec
 from .render.env import ProxyValues, env_vars, workload_values
@@ -31,6 +31,7 @@ from .settings import (
     Runtime,
     Settings,
     SettingsError,
+    check_network,
     infer_ip_family,
     parse_runtimes,
     parse_settings,
@@ -91,7 +92,8 @@ class ClusterProxy(pulumi.ComponentResource):
         self.settings: Settings = settings
         self.resources: dict[str, pulumi.CustomResource] = {}
 
-        composed = self._compose(settings, network)
+        network_values = self._network_values(network)
+        composed = self._compose(settings, network_values)
         no_proxy = composed.apply(lambda c: self._report(settings, c[0]))
         secret = settings.has_credentials
         self.http_proxy: pulumi.Output[str] = _maybe_secret(settings.http_proxy, secret)
@@ -114,7 +116,6 @@ class ClusterProxy(pulumi.ComponentResource):
         digest = pulumi.Output.unsecret(
             pulumi.Output.all(conf, firewall).apply(lambda both: config_digest(settings, both[0], both[1]))
         )
-        network_values = network.values() if network is not None else None
 
         def profile_values(profile: str, release: str | None = None) -> ProxyValues:
             """One Helm profile's values: the cluster's NO_PROXY plus the chart's own names for the release (None:
@@ -138,7 +139,7 @@ class ClusterProxy(pulumi.ComponentResource):
             conf=conf,
             digest=digest,
             text=lambda build, v: _plain(v).apply(build),
-            ip_fields=self._ip_fields(settings, network) if settings.deployment.enabled else None,
+            ip_fields=self._ip_fields(settings, network, network_values) if settings.deployment.enabled else None,
             helm_values=profile_values,
             firewall=firewall,
         )
@@ -220,13 +221,15 @@ class ClusterProxy(pulumi.ComponentResource):
         return _plain(node_values(settings, no_proxy)).apply(lambda v: kubeadm_config_spec(settings, v))
 
     @staticmethod
-    def _ip_fields(settings: Settings, network: ClusterNetwork | None) -> dict[str, Any] | None:
+    def _ip_fields(
+        settings: Settings, network: ClusterNetwork | None, network_values: pulumi.Output[NetworkValues] | None
+    ) -> dict[str, Any] | None:
         """The Service's IP families from the discovered network, unless `cluster.ipFamily` is set explicitly.
 
         The network's own `ip_family` wins; otherwise the family of its service
         and pod ranges (with the settings' own), else of its node ranges.
         """
-        if settings.cluster.ip_family is not None or network is None:
+        if settings.cluster.ip_family is not None or network is None or network_values is None:
             return None
         where = f"{network.origins.get('ip_family', network.origin)}.ipFamily"
         c = settings.cluster
@@ -241,7 +244,7 @@ class ClusterProxy(pulumi.ComponentResource):
             except ValueError as exc:
                 raise SettingsError([f"{where}: {exc}"]) from None
 
-        family = pulumi.Output.all(network.ip_family, network.values()).apply(fields)
+        family = pulumi.Output.all(network.ip_family, network_values).apply(fields)
         return {
             "ipFamilyPolicy": family.apply(lambda f: f["ipFamilyPolicy"]),
             "ipFamilies": family.apply(lambda f: f.get("ipFamilies")),
@@ -259,16 +262,41 @@ class ClusterProxy(pulumi.ComponentResource):
             pulumi.log.warn(lost, resource=self)
         return str(composed)
 
+    def _network_values(self, network: ClusterNetwork | None) -> pulumi.Output[NetworkValues] | None:
+        """The network's values once known, checked as the settings are: the one Output every use reads.
+
+        A bad network value (a CIDR computed from config or another resource) is known only then: it fails the
+        program with the same field-naming lines as a literal one, with no trace.
+        """
+        if network is None:
+            return None
+
+        def checked(values: NetworkValues) -> NetworkValues:
+            try:
+                check_network(values)
+                settings = self.settings
+                settings.no_proxy(values)
+                settings.allowed_sources(values)
+                settings.cluster_destinations(values)
+            except (SettingsError, NoProxyError) as exc:
+                # Not a ValueError: the SDK would wrap that in "While processing input ..." with the Output's repr.
+                raise pulumi.RunError(str(exc)) from None
+            return values
+
+        return network.values().apply(checked)
+
     @staticmethod
-    def _compose(settings: Settings, network: ClusterNetwork | None) -> pulumi.Output[tuple[NoProxy, list[str], str]]:
-        """NO_PROXY, tinyproxy's Allow list and its firewall, from the settings plus the network's Outputs once known."""
+    def _compose(
+        settings: Settings, network_values: pulumi.Output[NetworkValues] | None
+    ) -> pulumi.Output[tuple[NoProxy, list[str], str]]:
+        """NO_PROXY, tinyproxy's Allow list and its firewall, from the settings plus the network's values once known."""
 
         def compose(values: NetworkValues | None) -> tuple[NoProxy, list[str], str]:
             return (settings.no_proxy(values), settings.allowed_sources(values), firewall_rules(settings, values))
 
-        if network is None:
+        if network_values is None:
             return pulumi.Output.from_input(compose(None))
-        return network.values().apply(compose)
+        return network_values.apply(compose)
 
     def _register(
         self, name: str, planned: Planned, management: pulumi.ProviderResource | None

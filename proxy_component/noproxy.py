@@ -122,9 +122,14 @@ class Entry:
         return (self.category, self.kind, 0, 0, 0, self.value, self.port or 0)
 
 
+_USERINFO = re.compile(r"^((?:[A-Za-z][A-Za-z0-9+.-]*://)?)[^/]*@")
+
+
 def _bad(value: str, origin: str, reason: str) -> NoProxyError:
+    """The error naming the entry, its user info (a pasted proxy URL's `user:password@`) masked."""
     where = f"{origin}: " if origin else ""
-    return NoProxyError(f"{where}{value!r} {reason} ({_ACCEPTED})")
+    shown = _USERINFO.sub(r"\1***@", value)
+    return NoProxyError(f"{where}{shown!r} {reason} ({_ACCEPTED})")
 
 
 def _parse_port(text: str, value: str, origin: str) -> int:
@@ -158,6 +163,8 @@ def parse_entry(value: str, category: Category = Category.USER, origin: str = ""
         raise _bad(value, origin, "holds a separator: give one entry per list item, without commas or spaces")
     if "://" in text:
         raise _bad(value, origin, "is a URL, not a NO_PROXY entry: give only its host")
+    if "@" in text:
+        raise _bad(value, origin, "holds user info (user:password@), which no NO_PROXY entry has: give only the host")
     origins = (origin,) if origin else ()
 
     def make(kind: Kind, canonical: str, port: int | None = None) -> Entry:

@@ -27,7 +27,7 @@ from typing_extensions import NotRequired
 
 from . import component, provider_types
 from .discovery.network import ClusterNetwork
-from .settings import Settings, SettingsError, parse_settings
+from .settings import NetworkValues, Settings, SettingsError, check_network, parse_settings
 
 __all__ = ["PACKAGE", "ClusterProxy", "ClusterProxyArgs", "EnvVar", "serve_provider"]
 
@@ -112,6 +112,32 @@ def network_from_inputs(args: ClusterProxyArgs) -> Optional[ClusterNetwork]:
     return ClusterNetwork(**given, origin="network inputs")
 
 
+_NETWORK_INPUTS = {
+    "podCidrs": "pod_cidrs",
+    "serviceCidrs": "service_cidrs",
+    "nodeCidrs": "node_cidrs",
+    "apiServerHosts": "api_server_hosts",
+    "apiServerIps": "api_server_ips",
+}
+
+
+def network_from_known_inputs(inputs: Mapping[str, Any]) -> NetworkValues:
+    """The network inputs already known (all of them in an update), to check before any object is registered.
+
+    A value still unknown (another resource's output in a preview) is left out: the component checks it once known.
+    """
+    values: dict[str, list[Any]] = {}
+    for key, name in _NETWORK_INPUTS.items():
+        if inputs.get(key) is None:
+            continue
+        try:
+            known = _known(inputs[key], key)
+        except SettingsError:
+            continue
+        values[name] = [known] if isinstance(known, str) else list(known)
+    return NetworkValues(origin="network inputs", **values)
+
+
 def settings_from_inputs(value: Any) -> dict[str, Any]:
     """The settings input as the YAML file spells it: values known now, keys in camelCase.
 
@@ -186,6 +212,7 @@ class _Provider(ComponentProvider):
             # The SDK maps the inputs by the schema and drops keys it does not know: a typo from an untyped program
             # (JavaScript, a cast in TypeScript) would vanish. Validate the settings as sent, first.
             parse_settings(settings_from_inputs(inputs.get("settings") or {}))
+            check_network(network_from_known_inputs(inputs))
             return super().construct(name, resource_type, inputs, options)
         except SettingsError as exc:
             raise _input_error(exc) from None
@@ -196,8 +223,13 @@ class _Provider(ComponentProvider):
 
 
 def _input_error(exc: SettingsError) -> InputPropertiesError:
-    """Invalid settings as the engine reports input errors: each problem's line, no stack trace."""
-    return InputPropertiesError(str(exc), [{"property_path": "settings", "reason": p} for p in exc.problems])
+    """Invalid settings as the engine reports input errors: each problem's line, no stack trace.
+
+    The message alone, with no per-property details: for each detail whose path names an input, the engine
+    prints that input's value beside the reason (`property settings with value '{map[...]}' has a problem`),
+    secrets in clear, the upstream password included. Each problem line already names its field.
+    """
+    return InputPropertiesError(str(exc))
 
 
 def plugin_version(version: str) -> str:

@@ -63,6 +63,7 @@ __all__ = [
     "Settings",
     "SettingsError",
     "UpstreamSettings",
+    "check_network",
     "ca_certificates",
     "image_is_mutable",
     "infer_ip_family",
@@ -1100,6 +1101,42 @@ class Settings(_Model):
     def has_static_sources(self) -> bool:
         c, d = self.cluster, self.deployment
         return bool(c.pod_cidrs or c.node_cidrs or d.allowed_source_cidrs)
+
+
+def _ip_or_cidr(value: str) -> str:
+    """An API server address as discovery gives it: one IP, or the range it lives in (a GKE master range)."""
+    try:
+        return str(ipaddress.ip_network(value, strict=False))
+    except ValueError:
+        raise ValueError(f"{value!r} is not an IP address or CIDR (expected e.g. 10.96.0.1 or 172.16.0.32/28)") from None
+
+
+_NETWORK_CHECKS: dict[str, Callable[[str], str]] = {
+    "pod_cidrs": _source_range,
+    "service_cidrs": _cidr,
+    "node_cidrs": _source_range,
+    "api_server_hosts": _api_host,
+    "api_server_ips": _ip_or_cidr,
+}
+
+
+def check_network(network: NetworkValues) -> None:
+    """Check a run-time network's values as the settings check theirs: every bad one named by its origin and index.
+
+    A value computed from another resource or from config arrives here, after the settings were checked; without
+    this its first use would fail it with a NO_PROXY entry's error, or inside the engine with none of ours.
+    """
+    problems: list[str] = []
+    for name, check in _NETWORK_CHECKS.items():
+        for i, value in enumerate(getattr(network, name)):
+            try:
+                if not isinstance(value, str):
+                    raise ValueError(f"{value!r} is a {type(value).__name__}, not a string")
+                check(value)
+            except ValueError as exc:
+                problems.append(f"{network.origin_of(name)}[{i}]: {exc}")
+    if problems:
+        raise SettingsError(problems)
 
 
 def _network_ranges(network: NetworkValues | None, names: Sequence[str], check: Callable[[str], str]) -> list[str]:

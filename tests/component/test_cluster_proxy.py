@@ -449,3 +449,20 @@ def test_a_trusted_ca_that_reaches_no_pod_is_said_in_the_preview(
     mocked.settle()
     assert IPV6_ONLY["namespaces"], "the example lists namespaces"
     assert not [m for level, m in mocked.logs(caplog) if "trustedCa" in m]
+
+
+def test_a_bad_cidr_that_arrives_as_an_output_fails_with_the_literals_message(mocked: Harness) -> None:
+    """A pod CIDR computed from config or another resource is checked when known, as a literal one is: the same
+    field-naming line (no NO_PROXY host-name advice), and no "While processing input" with the Output's repr."""
+    mocked.mocks.state["test:index:Cluster"] = {"pod_cidr": "10.0.0.1/33", "service_cidr": "x", "endpoint": "e"}
+    cluster = FakeCluster("eks")
+    network = ClusterNetwork(pod_cidrs=[cluster.pod_cidr], service_cidrs=["172.20.0.0/16"], origin="eks")
+    ClusterProxy("egress", ClusterProxyArgs(settings={"namespaces": ["default"]}, network=network))
+    with pytest.raises(pulumi.RunError) as caught:
+        mocked.settle()
+    literal = "eks.podCidrs[0]: '10.0.0.1/33' is not a CIDR (expected e.g. 10.0.0.0/16 or fd00:10::/56)"
+    assert str(caught.value) == f"invalid settings:\n  {literal}"
+    assert "While processing input" not in str(caught.value)
+    with pytest.raises(SettingsError) as plain:
+        parse_settings({"cluster": {"podCidrs": ["10.0.0.1/33"]}})
+    assert plain.value.problems == [literal.replace("eks.", "cluster.")]
