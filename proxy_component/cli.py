@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import sys
 import traceback
@@ -14,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from .layers import Layered, read_stack
 from .noproxy import NoProxyError
 from .render import capi_manifests, capi_patches, manifests, plain_values
 from .render.helm import PROFILES, RENAMED, UnknownProfileError, profile_values, values_yaml
@@ -69,7 +71,23 @@ def dump(objects: Sequence[dict[str, Any]]) -> str:
     return yaml.dump_all(objects, Dumper=_Dumper, sort_keys=False, explicit_start=True, default_flow_style=False)
 
 
-def _load(config: str | None) -> Settings:
+def _load(config: str | None, args: argparse.Namespace | None = None) -> Settings:
+    return _load_layered(config, args)[0]
+
+
+def _load_layered(config: str | None, args: argparse.Namespace | None = None) -> tuple[Settings, Layered | None]:
+    """The settings of CONFIG, of a stack's config (--stack: both layers, and which layer gave what), or the
+    embedded example."""
+    stack = getattr(args, "stack", None)
+    if stack is not None:
+        if config is not None:
+            raise SettingsError([f"--stack {stack} and CONFIG {config}: give one of them"])
+        layered = read_stack(stack, getattr(args, "cwd", None))
+        return parse_settings(layered.data), layered
+    return _load_file(config), None
+
+
+def _load_file(config: str | None) -> Settings:
     if config is None:
         text = files("proxy_component").joinpath("data/example.yaml").read_text(encoding="utf-8")
         print(
@@ -78,6 +96,26 @@ def _load(config: str | None) -> Settings:
         )
         return parse_settings(yaml.safe_load(text))
     return load_settings(config)
+
+
+_USER_ORIGIN = re.compile(r"\b(proxy\.noProxy\[\d+\])")
+
+
+def _with_layers(line: str, layered: Layered | None) -> str:
+    """An explain line whose user entries name their layer: `proxy.noProxy[3] (installation)`."""
+    if layered is None:
+        return line
+    return _USER_ORIGIN.sub(lambda m: f"{m.group(1)} ({layered.layer_of(m.group(1)) or 'cluster'})", line)
+
+
+def _print_layers(layered: Layered | None) -> None:
+    """With --stack, say on stderr which layer gave each setting (paths only: a value may be a secret)."""
+    if layered is None:
+        return
+    print("proxy-component: settings by layer (installation first, then this cluster's; lists concatenated):",
+          file=sys.stderr)  # fmt: skip
+    for path, layer in sorted(layered.layers.items()):
+        print(f"  {path}: {layer}", file=sys.stderr)
 
 
 def _file_name(index: int, obj: dict[str, Any]) -> str:
@@ -146,7 +184,8 @@ def _check_format(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
 
 
 def _render(args: argparse.Namespace) -> int:
-    settings = _load(args.config)
+    settings, layered = _load_layered(args.config, args)
+    _print_layers(layered)
     if args.format[0] == "helm-values":
         values = profile_values(settings, args.format[1], selection=_selection(settings, args), release=args.release)
         sys.stdout.write(values_yaml(args.format[1], values))
@@ -190,7 +229,7 @@ def _replace_directory(path: str, files: dict[str, str]) -> None:
 
 
 def _no_proxy(args: argparse.Namespace) -> int:
-    print(_load(args.config).no_proxy())
+    print(_load(args.config, args).no_proxy())
     return 0
 
 
@@ -198,7 +237,7 @@ def _explain(args: argparse.Namespace) -> int:
     from .explain import destinations, evaluate, trust_cells, warnings
     from .render.runtimes import NO_PROXY_PYTHON, java_options, python_no_proxy
 
-    settings = _load(args.config)
+    settings, layered = _load_layered(args.config, args)
     no_proxy = settings.no_proxy()
     urls = args.url or None
     selection = _selection(settings, args)
@@ -211,7 +250,7 @@ def _explain(args: argparse.Namespace) -> int:
     print()
     print(f"{'entry (tokens)':<48} {'category':<16} origin")
     for line in no_proxy.explain():
-        print(line)
+        print(_with_layers(line, layered))
     print()
     print(
         f"{NO_PROXY_PYTHON} (no_proxy of every workload; NO_PROXY too with the python runtime): {python_no_proxy(no_proxy)}"
@@ -302,7 +341,7 @@ def _cell_text(cell: Any, notes: list[str]) -> str:
 def _check(args: argparse.Namespace) -> int:
     from .check import CheckError, check_cluster, connect, probe_cluster, scrub
 
-    settings = load_settings(args.config)
+    settings = _load(args.config, args)
     probes: list[Any] = []
     previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM as SIGINT: the probe pods are deleted either way
     try:
@@ -393,9 +432,11 @@ def _parser() -> argparse.ArgumentParser:
     render.add_argument(
         "--probe", action="store_true", help="check-rbac: also what `check --probe` needs (pods in the proxy namespace)"
     )
+    _stack_arguments(render)
     render.set_defaults(func=_render)
     no_proxy = sub.add_parser("no-proxy", help="print the composed NO_PROXY value")
     no_proxy.add_argument("config", nargs="?", help=config_help)
+    _stack_arguments(no_proxy)
     no_proxy.set_defaults(func=_no_proxy)
     explain = sub.add_parser(
         "explain",
@@ -415,6 +456,7 @@ def _parser() -> argparse.ArgumentParser:
         help="a destination to judge instead of the representative ones (repeatable)",
     )
     explain.add_argument("--runtimes", help=runtimes_help)
+    _stack_arguments(explain)
     explain.set_defaults(func=_explain)
     check = sub.add_parser(
         "check",
@@ -450,8 +492,19 @@ def _parser() -> argparse.ArgumentParser:
         "--probe-deadline", type=int, default=PROBE_DEADLINE, metavar="SECONDS",
         help=f"--probe: seconds for the whole probe, the pods' activeDeadlineSeconds too (default {PROBE_DEADLINE})",
     )  # fmt: skip
+    _stack_arguments(check)
     check.set_defaults(func=_check)
     return parser
+
+
+def _stack_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--stack",
+        metavar="NAME",
+        help="read the settings as that Pulumi stack's program does (its config on top of the installation layer it "
+        "names), through the Pulumi CLI, instead of CONFIG",
+    )
+    parser.add_argument("--cwd", metavar="DIR", help="--stack: the stack's project directory (default: here)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -459,10 +512,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "render":
         _check_format(parser, args)
-    if args.command == "check" and args.config is None:
+    if args.command == "check" and args.config is None and args.stack is None:
         parser.error(
-            "check: CONFIG is required: the settings of the cluster to compare (the embedded example describes no "
-            "real cluster)"
+            "check: CONFIG or --stack NAME is required: the settings of the cluster to compare (the embedded "
+            "example describes no real cluster)"
         )
     try:
         result: int = args.func(args)

@@ -63,8 +63,8 @@ __all__ = [
     "Settings",
     "SettingsError",
     "UpstreamSettings",
-    "check_network",
     "ca_certificates",
+    "check_network",
     "image_is_mutable",
     "infer_ip_family",
     "load_settings",
@@ -1108,7 +1108,9 @@ def _ip_or_cidr(value: str) -> str:
     try:
         return str(ipaddress.ip_network(value, strict=False))
     except ValueError:
-        raise ValueError(f"{value!r} is not an IP address or CIDR (expected e.g. 10.96.0.1 or 172.16.0.32/28)") from None
+        raise ValueError(
+            f"{value!r} is not an IP address or CIDR (expected e.g. 10.96.0.1 or 172.16.0.32/28)"
+        ) from None
 
 
 _NETWORK_CHECKS: dict[str, Callable[[str], str]] = {

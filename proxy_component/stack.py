@@ -19,6 +19,20 @@ from pydantic.alias_generators import to_camel
 
 from .component import ClusterProxy, ClusterProxyArgs
 from .discovery import ClusterNetwork
+from .layers import (
+    CLUSTER,
+    INSTALLATION,
+    INSTALLATION_KEY,
+    INSTALLATION_STACK_KEY,
+    LAYER_KEY,
+    LAYER_KEYS,
+    OUTPUT,
+    Layer,
+    Layered,
+    check_installation,
+    installation_layer,
+    merge_layers,
+)
 from .settings import NETWORK_FIELDS, Settings, SettingsError, parse_settings
 
 __all__ = ["CONFIG_NAMESPACE", "Discover", "discover_from_config", "main", "settings_from_config"]
@@ -118,9 +132,15 @@ def discover_from_config(value: Any) -> Discover | None:
 
 
 def settings_from_config(config: pulumi.Config | None = None) -> Settings:
-    """Read `proxy-component:{proxy,cluster,deployment,namespaces}`; any other key in the namespace is an error."""
+    """This cluster stack's settings: its `proxy-component:` keys on top of the installation layer it names."""
+    return parse_settings(layered_from_config(config).data)
+
+
+def layered_from_config(config: pulumi.Config | None = None) -> Layered:
+    """Read `proxy-component:{proxy,cluster,deployment,namespaces,...}` and merge them onto the installation layer
+    (`installationStack` or `installation`) by the rules of `layers`; any other key in the namespace is an error."""
     config = config or pulumi.Config(CONFIG_NAMESPACE)
-    known = {f"{CONFIG_NAMESPACE}:{k}" for k in (*SETTINGS_KEYS, *PROVIDER_KEYS, DISCOVER_KEY)}
+    known = {f"{CONFIG_NAMESPACE}:{k}" for k in (*SETTINGS_KEYS, *PROVIDER_KEYS, DISCOVER_KEY, *LAYER_KEYS)}
     present = {*get_config_env(), *CONFIG.get()}
     unknown = sorted(k for k in present if k.startswith(f"{CONFIG_NAMESPACE}:") and k not in known)
     if unknown:
@@ -131,7 +151,41 @@ def settings_from_config(config: pulumi.Config | None = None) -> Settings:
         value = config.get_object(key)
         if value is not None:
             data[key] = value
-    return parse_settings(data)
+    if _layer(config) == INSTALLATION:
+        return Layered(data)
+    installation = installation_layer(
+        config.get_object(INSTALLATION_KEY), config.get(INSTALLATION_STACK_KEY) or None, _stack_outputs
+    )
+    return merge_layers(installation, Layer(CLUSTER, f"stack {pulumi.get_stack()}", data))
+
+
+def _layer(config: pulumi.Config) -> str:
+    layer = config.get(LAYER_KEY) or CLUSTER
+    if layer not in (CLUSTER, INSTALLATION):
+        raise SettingsError(
+            [f"{CONFIG_NAMESPACE}:{LAYER_KEY}: {layer!r} is not a layer (expected {CLUSTER} or {INSTALLATION})"]
+        )
+    return layer
+
+
+def _stack_outputs(name: str) -> Any:
+    """Another stack's outputs, secrets decrypted, through the engine's own stack-reference read (the invoke that
+    StackReference.get_output_details makes): known now, so that they can decide which objects exist, and not
+    recorded in this stack's state. A bare stack name is one of this project's."""
+    qualified = name if "/" in name else f"{pulumi.get_organization()}/{pulumi.get_project()}/{name}"
+    result = pulumi.runtime.invoke("pulumi:pulumi:readStackOutputs", {"name": qualified})
+    if result.value is None:
+        return None
+    return result.value.get("outputs")
+
+
+def installation_main() -> None:
+    """The installation stack: its settings checked and exported as one secret output; no object of its own."""
+    config = pulumi.Config(CONFIG_NAMESPACE)
+    data = layered_from_config(config).data
+    check_installation(data, f"stack {pulumi.get_stack()}")
+    parse_settings(data)
+    pulumi.export(OUTPUT, pulumi.Output.secret(data))
 
 
 def _secret_key(key: str) -> pulumi.Output[str] | None:
@@ -214,13 +268,16 @@ def component_options(settings: Settings, provider: k8s.Provider) -> pulumi.Reso
     return pulumi.ResourceOptions(providers=[provider], aliases=aliases or None)
 
 
-def main() -> ClusterProxy:
+def main() -> ClusterProxy | None:
     """Run the stack; a settings error stops `pulumi up` with the same field-naming message as the command.
 
     `pulumi.RunError` is the SDK's way to fail a program with a message alone: anything else
     prints "Program failed with an unhandled exception" and a Python stack trace.
     """
     try:
+        if _layer(pulumi.Config(CONFIG_NAMESPACE)) == INSTALLATION:
+            installation_main()
+            return None
         return _main()
     except SettingsError as exc:
         raise pulumi.RunError(str(exc)) from None

@@ -178,8 +178,8 @@ def test_check_without_config_refuses_rather_than_use_the_example(capsys: pytest
         main(["check"])
     assert exited.value.code == 2
     assert capsys.readouterr().err.endswith(
-        "proxy-component: error: check: CONFIG is required: the settings of the cluster to compare (the embedded "
-        "example describes no real cluster)\n"
+        "proxy-component: error: check: CONFIG or --stack NAME is required: the settings of the cluster to compare "
+        "(the embedded example describes no real cluster)\n"
     )
 
 

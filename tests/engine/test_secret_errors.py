@@ -1,0 +1,147 @@
+"""No error of any language carries the upstream password (pytest -m engine): a credentialed upstream from secret
+config beside a mistake, in TypeScript (settings in an untyped variable, with and without `pulumi.secret`), Go,
+YAML and the Python stack program; `preview` and `up` fail with the field-naming line, and the password is in no
+output, no `stack export` and no file the run wrote outside the encrypted stack config.
+
+Before the fix, the provider named the `settings` property in its input errors and the engine printed that
+property's value beside each reason: `property settings with value '{map[... url:{&{{http://svc:PASSWORD@...`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from . import test_languages as languages
+from .conftest import Project
+from .test_languages import _home, typescript_project, yaml_project
+
+hosts = languages.hosts  # the fixtures, shared with the languages' tests
+plugin = languages.plugin
+
+pytestmark = pytest.mark.engine
+PASSWORD = "Fl33t-Pa55-0824"
+UPSTREAM = f"http://svc:{PASSWORD}@proxy.corp.example:3128"
+
+
+def _files_with_password(root: Path, allowed: set[Path]) -> list[str]:
+    """Every file under root (the project, the state, the Pulumi home) holding the password in clear."""
+    found = []
+    for path in root.rglob("*"):
+        if not path.is_file() or path in allowed or "node_modules" in path.parts:
+            continue
+        try:
+            if PASSWORD.encode() in path.read_bytes():
+                found.append(str(path.relative_to(root)))
+        except OSError:
+            continue
+    return found
+
+
+def _fails_without_the_password(project: Project, expected: str, allowed: set[Path] = frozenset()) -> str:  # type: ignore[assignment]
+    outputs = []
+    for command in (("preview",), ("up", "--yes", "--skip-preview")):
+        result = project.run(*command, check=False)
+        output = result.stdout + result.stderr
+        assert result.returncode != 0, output
+        assert expected in output, output
+        assert PASSWORD not in output, output
+        assert "has a problem: " + expected not in output or "with value" not in output
+        assert "Traceback" not in output
+        assert "While processing input" not in output
+        outputs.append(output)
+    assert PASSWORD not in json.dumps(project.export())
+    assert _files_with_password(project.dir.parent, set(allowed)) == []
+    return outputs[-1]
+
+
+@pytest.mark.parametrize("secret", [True, False], ids=["pulumi.secret", "plain"])
+def test_typescript_typo_beside_a_credentialed_upstream(
+    project_factory: Any, hosts: Path, plugin: Path, secret: bool
+) -> None:
+    """The reviewer's case: settings built in a variable (tsc checks no key), `proxy.noproxy` for `noProxy`."""
+    project = typescript_project(project_factory, hosts, plugin, f"typescript-secret-{secret}")
+    source = (project.dir / "index.ts").read_text()
+    url = 'pulumi.secret(config.require("upstreamUrl"))' if secret else 'config.require("upstreamUrl")'
+    program = source.replace(
+        "const egress = new proxy.ClusterProxy(",
+        "const config = new pulumi.Config();\n"
+        "const settings: any = {\n"
+        '    cluster: { name: "ipv6-only", dnsDomain: "k8s.internal", ipFamily: "ipv6",\n'
+        '        podCidrs: ["fd00:10:244::/56"], serviceCidrs: ["fd00:10:96::/108"],\n'
+        '        nodeCidrs: ["10.0.0.0/8", "fd00:10::/64"], apiServerIps: ["fd00:10:96::1"] },\n'
+        f'    proxy: {{ noproxy: [".corp.example"], upstream: {{ url: {url} }} }},\n'
+        '    namespaces: ["default"],\n'
+        "};\n"
+        "const egress = new proxy.ClusterProxy(",
+    )
+    program = re.sub(r"settings: \{.*?\n    \},\n", "settings,\n", program, count=1, flags=re.S)
+    assert "settings,\n" in program
+    assert "noproxy" in program
+    (project.dir / "index.ts").write_text(program)
+    project.init()
+    project.run("config", "set", "upstreamUrl", UPSTREAM, *(["--secret"] if secret else []))
+    allowed = set() if secret else {project.stack_file}
+    _fails_without_the_password(project, "proxy.noproxy: unknown key (accepted: ", allowed)
+
+
+def test_go_bad_cidr_beside_a_credentialed_upstream(project_factory: Any, hosts: Path, plugin: Path) -> None:
+    project: Project = project_factory("examples/go", "ci", "go-secret")
+    project.env["PATH"] = f"{hosts}:{project.env['PATH']}"
+    _home(project, hosts)
+    project.run("package", "add", str(plugin), timeout=900)
+    source = (project.dir / "main.go").read_text()
+    source = source.replace('"fd00:10:244::/56"', '"10.0.0.1/33"')
+    source = source.replace(
+        'Proxy:      &proxycomponent.ProxySettingsArgs{NoProxy: pulumi.ToStringArray([]string{"fd00::/8"})},',
+        "Proxy: &proxycomponent.ProxySettingsArgs{\n"
+        '\t\t\t\t\tNoProxy:  pulumi.ToStringArray([]string{"fd00::/8"}),\n'
+        '\t\t\t\t\tUpstream: &proxycomponent.UpstreamSettingsArgs{Url: config.RequireSecret(ctx, "upstreamUrl")},\n'
+        "\t\t\t\t},",
+    )
+    source = source.replace(
+        '"github.com/pulumi/pulumi/sdk/v3/go/pulumi"',
+        '"github.com/pulumi/pulumi/sdk/v3/go/pulumi"\n\t"github.com/pulumi/pulumi/sdk/v3/go/pulumi/config"',
+    )
+    assert "RequireSecret" in source
+    assert "10.0.0.1/33" in source
+    (project.dir / "main.go").write_text(source)
+    project.init()
+    project.run("config", "set", "--secret", "upstreamUrl", UPSTREAM)
+    _fails_without_the_password(project, "cluster.podCidrs[0]: '10.0.0.1/33' is not a CIDR")
+
+
+def test_yaml_bad_cidr_beside_a_credentialed_upstream(project_factory: Any, hosts: Path, plugin: Path) -> None:
+    project = yaml_project(project_factory, hosts, plugin, "yaml-secret")
+    program = yaml.safe_load((project.dir / "Pulumi.yaml").read_text())
+    program["config"] = {"upstreamUrl": {"type": "string", "secret": True}}
+    settings = program["resources"]["proxy"]["properties"]["settings"]
+    settings["proxy"]["upstream"] = {"url": "${upstreamUrl}"}
+    settings["cluster"]["podCidrs"] = ["10.0.0.1/33"]
+    (project.dir / "Pulumi.yaml").write_text(yaml.safe_dump(program, sort_keys=False))
+    project.run("config", "set", "--secret", "upstreamUrl", UPSTREAM)
+    _fails_without_the_password(project, "cluster.podCidrs[0]: '10.0.0.1/33' is not a CIDR")
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "expected"),
+    [
+        ("cluster", {"podCidrs": ["10.0.0.1/33"]}, "cluster.podCidrs[0]: '10.0.0.1/33' is not a CIDR"),
+        ("deployment", {"replica": 2}, "deployment.replica: unknown key (accepted: "),
+    ],
+)
+def test_the_stack_program_with_a_credentialed_upstream(
+    project_factory: Any, key: str, value: Any, expected: str
+) -> None:
+    project: Project = project_factory(".", "dev", f"stack-secret-{key}")
+    project.init()
+    project.config(f"proxy-component:{key}", value)
+    project.config("proxy-component:namespaces", ["default"])
+    project.run("config", "set", "--secret", "--path", "proxy-component:proxy.upstream.url", UPSTREAM)
+    assert PASSWORD not in project.stack_file.read_text()
+    _fails_without_the_password(project, expected)
