@@ -15,7 +15,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from .discovery.network import ClusterNetwork
-from .explain import warnings
+from .explain import preview_warnings
 from .noproxy import NoProxy, NoProxyError
 from .render import PlanInputs, Planned, check_allow_sources, node_values, plan
 from .render.capi import kubeadm_config_spec
@@ -252,7 +252,7 @@ class ClusterProxy(pulumi.ComponentResource):
 
     def _report(self, settings: Settings, composed: NoProxy) -> str:
         """Say in the preview which client fails which destination class, and what to do; return the value."""
-        for warning in warnings(settings, composed):
+        for warning in preview_warnings(settings, composed):
             pulumi.log.warn(f"NO_PROXY: {warning}", resource=self)
         skipped = java_skip_reason(settings.http_proxy, settings.https_proxy)
         if skipped:

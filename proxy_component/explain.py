@@ -25,12 +25,14 @@ from .render.trust import JAVA_TRUST_OPTIONS, trust_env_pairs
 from .settings import Runtime, Settings
 
 __all__ = [
+    "GENERIC_LABELS",
     "Cell",
     "Destination",
     "TrustCell",
     "destinations",
     "evaluate",
     "intent",
+    "preview_warnings",
     "trust_cells",
     "warnings",
     "workload_env",
@@ -280,6 +282,30 @@ def _why(
 
 def _entry_covers(value: str, host: str) -> bool:
     return host == value or host.endswith("." + value)
+
+
+# Destinations every cluster has whatever its settings (the API server's name, a Service's names, loopback, an
+# external host): what clients do with them is the same everywhere, so `explain` shows it and previews do not.
+GENERIC_LABELS = frozenset(
+    {
+        "API server by name",
+        "Service by short name",
+        "Service by name.namespace",
+        "Service by name.namespace.svc",
+        "Service by FQDN",
+        "loopback",
+        "external host",
+    }
+)
+
+
+def preview_warnings(settings: Settings, no_proxy: NoProxy) -> list[str]:
+    """The warnings that apply to these settings: a client that misses a destination these settings make (a range,
+    the API server's address, a metadata endpoint, a noProxy entry); each cause once. The ones every cluster has
+    are `explain`'s."""
+    labels = {d.url: d.label for d in destinations(settings, no_proxy)}
+    cells = [c for c in evaluate(settings, no_proxy) if labels.get(c.url) not in GENERIC_LABELS]
+    return warnings(settings, no_proxy, cells)
 
 
 def warnings(settings: Settings, no_proxy: NoProxy, cells: Sequence[Cell] | None = None) -> list[str]:

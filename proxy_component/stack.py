@@ -8,6 +8,7 @@ network is then read from the cloud instead of typed into the config.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -283,9 +284,63 @@ def main() -> ClusterProxy | None:
         raise pulumi.RunError(str(exc)) from None
 
 
+def _require_namespaces(settings: Settings, kubeconfig: str | None, context: str | None) -> None:
+    """Fail up front, naming them, when namespaces the settings list do not exist in the cluster the stack targets.
+
+    Otherwise pulumi-kubernetes retries each object in them for about a minute and reports only "errored". Only a
+    definite 404 counts: a cluster that cannot be read now (no kubeconfig, unreachable, forbidden) is left to the
+    engine, which reports it on the objects.
+    """
+    import tempfile
+
+    try:
+        from kubernetes import client
+        from kubernetes import config as kubeconfig_loader
+        from kubernetes.client.exceptions import ApiException
+    except ImportError:
+        return
+    wanted = sorted({*settings.namespaces, *(h.namespace for h in settings.helm_values_secrets)})
+    if not wanted:
+        return
+    with tempfile.TemporaryDirectory() as scratch:
+        path = kubeconfig
+        if kubeconfig is not None and "\n" in kubeconfig:  # the contents, not a path
+            path = os.path.join(scratch, "kubeconfig")
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(kubeconfig)
+        try:
+            api = kubeconfig_loader.new_client_from_config(config_file=path, context=context)  # type: ignore[no-untyped-call]
+        except Exception:  # no usable kubeconfig: the engine says so on the objects
+            return
+        core = client.CoreV1Api(api)
+        missing = []
+        for name in wanted:
+            try:
+                core.read_namespace(name, _request_timeout=10)
+            except ApiException as exc:
+                if exc.status == 404:
+                    missing.append(name)
+                else:
+                    return
+            except Exception:  # unreachable: the engine reports it
+                return
+    if missing:
+        raise SettingsError(
+            [
+                f"namespaces: {name!r} does not exist in the cluster ({api.configuration.host}): create it before "
+                "`pulumi up`, or remove it from namespaces (and helmValuesSecrets)"
+                for name in missing
+            ]
+        )
+
+
 def _main() -> ClusterProxy:
     config = pulumi.Config(CONFIG_NAMESPACE)
     settings = settings_from_config(config)
+    if not config.get("renderYamlToDirectory"):
+        _require_namespaces(
+            settings, get_config(f"{CONFIG_NAMESPACE}:kubeconfig") or None, config.get("context") or None
+        )
     discover = discover_from_config(config.get_object(DISCOVER_KEY))
     network = discover.network() if discover is not None else None
     provider = _provider(config)
