@@ -321,3 +321,59 @@ def test_the_readme_import_commands_take_over_objects_made_with_kubectl(
     assert after == pods, "the pods were not rolled"
     assert cluster.get("service", "http-proxy", "-n", "kube-system")["spec"]["clusterIP"] == cluster_ip
     project.run("destroy", "--yes", "--skip-preview")
+
+
+def test_a_listed_namespace_that_does_not_exist_is_named_before_any_object(
+    project_factory: Any, cluster: Cluster
+) -> None:
+    """Before: a minute of retries, then `3 errored`. Now the preview names it at once and writes nothing."""
+    project = stack(project_factory, cluster, "nons", {**SETTINGS, "namespaces": ["default", "team-a", "no-such-ns"]})
+    started = time.monotonic()
+    for command in (("preview",), ("up", "--yes", "--skip-preview")):
+        result = project.run(*command, check=False)
+        output = result.stdout + result.stderr
+        assert result.returncode != 0
+        assert "namespaces: 'no-such-ns' does not exist in the cluster (" in output, output
+        assert "Traceback" not in output
+    assert time.monotonic() - started < 60
+    assert _present(cluster) == []
+
+
+def test_check_of_a_stack_reads_both_layers_with_no_settings_file(project_factory: Any, cluster: Cluster) -> None:
+    """`check --stack NAME` reads the settings as the stack program does (the installation stack's too): clean right
+    after `up`, a drift named after a kubectl edit."""
+    project: Project = project_factory(".", "fleet", "checkstack")
+    (project.dir / "Pulumi.dev.yaml").unlink()
+    project.init()
+    project.config(f"{NS}:layer", "installation")
+    project.config(f"{NS}:proxy", {"noProxy": [".corp.example"]})
+    project.config(f"{NS}:namespaces", ["default"])
+    project.up()
+    project.stack = "cluster-a"
+    project.init()
+    project.config(f"{NS}:kubeconfig", str(cluster.kubeconfig))
+    project.config(f"{NS}:installationStack", "fleet")
+    cluster_layer = {key: value for key, value in SETTINGS.items() if key != "namespaces"}
+    for key, value in {**cluster_layer, "namespaces": ["team-a"]}.items():
+        project.config(f"{NS}:{key}", value)
+    project.up()
+    assert ".corp.example" in cluster.get("configmap", "proxy-config", "-n", "team-a")["data"]["NO_PROXY"]
+
+    def check_stack() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "proxy_component.cli", "check", "--stack", "cluster-a",
+             "--kubeconfig", str(cluster.kubeconfig)],
+            capture_output=True, text=True, timeout=300, cwd=project.dir, env=project.env,
+        )  # fmt: skip
+
+    clean = check_stack()
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    assert ": clean (" in clean.stderr
+    cluster.kubectl(
+        "patch", "configmap", "proxy-config", "-n", "team-a", "--type=merge", "-p", '{"data":{"NO_PROXY":"edited"}}'
+    )
+    drifted = check_stack()
+    assert drifted.returncode == 1, drifted.stdout + drifted.stderr
+    assert "team-a" in drifted.stdout
+    assert "NO_PROXY" in drifted.stdout
+    project.run("destroy", "--yes", "--skip-preview")

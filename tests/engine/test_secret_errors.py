@@ -145,3 +145,31 @@ def test_the_stack_program_with_a_credentialed_upstream(
     project.run("config", "set", "--secret", "--path", "proxy-component:proxy.upstream.url", UPSTREAM)
     assert PASSWORD not in project.stack_file.read_text()
     _fails_without_the_password(project, expected)
+
+
+def test_a_bad_cidr_computed_at_run_time_fails_like_a_literal(project_factory: Any, hosts: Path, plugin: Path) -> None:
+    """A network input that is an Output (a pod CIDR computed from config), beside a credentialed upstream: the
+    literal's one line, under the input's name, not `Unexpected <class 'Exception'>: While processing input`."""
+    project = typescript_project(project_factory, hosts, plugin, "typescript-output-cidr")
+    source = (project.dir / "index.ts").read_text()
+    program = source.replace(
+        "const egress = new proxy.ClusterProxy(",
+        "const config = new pulumi.Config();\n"
+        'const podCidr = pulumi.output(config.require("podCidr")).apply(c => c.trim());\n'
+        "const egress = new proxy.ClusterProxy(",
+    )
+    program = program.replace(
+        '        proxy: { noProxy: ["fd00::/8"] },',
+        '        proxy: { noProxy: ["fd00::/8"], upstream: { url: config.requireSecret("upstreamUrl") } },',
+    )
+    program = program.replace(
+        "    },\n}, { providers: [cluster] });", "    },\n    podCidrs: [podCidr],\n}, { providers: [cluster] });"
+    )
+    assert "podCidrs: [podCidr]" in program
+    assert "requireSecret" in program
+    (project.dir / "index.ts").write_text(program)
+    project.init()
+    project.run("config", "set", "podCidr", " 10.0.0.1/33 ")
+    project.run("config", "set", "--secret", "upstreamUrl", UPSTREAM)
+    output = _fails_without_the_password(project, "network inputs.podCidrs[0]: '10.0.0.1/33' is not a CIDR")
+    assert "a host name" not in output
