@@ -173,7 +173,8 @@ def _stack_outputs(name: str) -> Any:
     """Another stack's outputs, secrets decrypted, through the engine's own stack-reference read (the invoke that
     StackReference.get_output_details makes): known now, so that they can decide which objects exist, and not
     recorded in this stack's state. A bare stack name is one of this project's."""
-    qualified = name if "/" in name else f"{pulumi.get_organization()}/{pulumi.get_project()}/{name}"
+    organization = pulumi.get_organization() or "organization"  # what a self-managed backend calls it
+    qualified = name if "/" in name else f"{organization}/{pulumi.get_project()}/{name}"
     result = pulumi.runtime.invoke("pulumi:pulumi:readStackOutputs", {"name": qualified})
     if result.value is None:
         return None

@@ -215,11 +215,25 @@ def test_aks_example_gives_aks_and_the_pods_the_same_no_proxy(mocked: Harness, i
 STACKS = ROOT / "examples/stack-per-cluster"
 
 
+READ_STACK = "pulumi:pulumi:readStackOutputs"
+
+
 def _run_stack(harness: Harness, stack: str) -> dict[str, Any]:
+    """A cluster stack of the example, its installation stack's output as `pulumi up` of Pulumi.installation.yaml
+    exports it (the settings it holds); the read of it checked, then left out of `invoked`."""
+    installation = {
+        k.split(":", 1)[1]: v
+        for k, v in yaml.safe_load((STACKS / "Pulumi.installation.yaml").read_text())["config"].items()
+        if k != "proxy-component:layer"
+    }
+    harness.mocks.calls[READ_STACK] = {"name": "x", "outputs": {"installation": installation}}
     pulumi.runtime.set_mocks(harness.mocks, project="proxy-component", stack=stack, preview=False)
     set_all_config(_stack_config(STACKS / f"Pulumi.{stack}.yaml"))
     runpy.run_path(str(STACKS / "__main__.py"))
-    return _exports(harness)
+    exports = _exports(harness)
+    read = harness.mocks.invoked.pop(0)
+    assert read == (READ_STACK, {"name": "organization/proxy-component/installation"})
+    return exports
 
 
 def test_stack_discovers_an_existing_eks_cluster_by_name(mocked: Harness, in_dir: None) -> None:
@@ -260,7 +274,8 @@ def test_stack_discovers_an_existing_gke_cluster_by_name_and_location(mocked: Ha
     exports = _run_stack(mocked, "gke-prod")
     assert exports["noProxy"] == (
         "localhost,127.0.0.1,::1,cluster.local,.cluster.local,svc,.svc,kubernetes,kubernetes.default,"
-        "34.118.224.0/20,10.8.0.0/14,10.132.0.0/20,34.140.21.87,metadata,metadata.google.internal,169.254.169.254"
+        "34.118.224.0/20,10.8.0.0/14,10.132.0.0/20,34.140.21.87,metadata,metadata.google.internal,169.254.169.254,"
+        "corp.example,.corp.example"
     )
     assert mocked.mocks.invoked[0] == (gke_tests.GET_CLUSTER, {"name": "prod", "location": "europe-west1"})
 
@@ -271,7 +286,8 @@ def test_stack_discovers_an_existing_aks_cluster_and_applies_the_override(mocked
     exports = _run_stack(mocked, "aks-prod")
     assert exports["noProxy"] == (
         "localhost,127.0.0.1,::1,cluster.local,.cluster.local,svc,.svc,kubernetes,kubernetes.default,"
-        f"10.0.0.0/16,10.244.0.0/16,10.224.0.0/16,{aks_tests.FQDN},168.63.129.16,169.254.169.254"
+        f"10.0.0.0/16,10.244.0.0/16,10.224.0.0/16,{aks_tests.FQDN},168.63.129.16,169.254.169.254,"
+        "corp.example,.corp.example"
     )
     assert mocked.mocks.invoked == [
         (aks_tests.GET_CLUSTER, {"resourceGroupName": "rg-prod", "resourceName": "prod-aks"})
