@@ -135,7 +135,14 @@ def network_from_known_inputs(inputs: Mapping[str, Any]) -> NetworkValues:
         except SettingsError:
             continue
         values[name] = [known] if isinstance(known, str) else list(known)
-    return NetworkValues(origin="network inputs", **values)
+    return NetworkValues(
+        origin="network inputs",
+        pod_cidrs=values.get("pod_cidrs", []),
+        service_cidrs=values.get("service_cidrs", []),
+        node_cidrs=values.get("node_cidrs", []),
+        api_server_hosts=values.get("api_server_hosts", []),
+        api_server_ips=values.get("api_server_ips", []),
+    )
 
 
 def settings_from_inputs(value: Any) -> dict[str, Any]:

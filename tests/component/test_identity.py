@@ -54,6 +54,7 @@ def _urns(harness: Harness, change: dict[str, Any]) -> dict[str, str]:
     try:
         proxy = harness.program(main)
         harness.settle()
+        assert proxy is not None, "a cluster stack's program returns its ClusterProxy"
         return {key: harness.value(resource.urn) for key, resource in proxy.resources.items()}
     finally:
         set_all_config({})
