@@ -236,7 +236,7 @@ def _input_error(exc: SettingsError) -> InputPropertiesError:
     prints that input's value beside the reason (`property settings with value '{map[...]}' has a problem`),
     secrets in clear, the upstream password included. Each problem line already names its field.
     """
-    return InputPropertiesError(str(exc))
+    return InputPropertiesError(str(exc), [])  # [], not None: the SDK builds the gRPC status only for a list
 
 
 def plugin_version(version: str) -> str:
