@@ -59,7 +59,11 @@ def _layer(rootfs: Path, blobs: Path) -> tuple[dict[str, object], str]:
                 size += len(chunk)
                 out.write(chunk)
         tmp.rename(blobs / digest.hexdigest())
-    return {"mediaType": MEDIA_LAYER, "digest": f"sha256:{digest.hexdigest()}", "size": size}, f"sha256:{plain.hexdigest()}"
+    return {
+        "mediaType": MEDIA_LAYER,
+        "digest": f"sha256:{digest.hexdigest()}",
+        "size": size,
+    }, f"sha256:{plain.hexdigest()}"
 
 
 def build(rootfs: Path, out: Path, ref: str, arch: str, user: str, epoch: int, labels: dict[str, str]) -> str:
