@@ -335,3 +335,19 @@ def test_the_arm64_programs_run_under_qemu_user(arm64: Built) -> None:
         header = nft.read(20)
     assert header[:4] == b"\x7fELF"
     assert int.from_bytes(header[18:20], "little") == 183  # EM_AARCH64
+
+
+def test_the_index_archive_holds_both_architectures_under_the_default_reference(tmp_path: Path) -> None:
+    """What the release workflow pushes (`skopeo copy --all`): one index naming the two manifests built above."""
+    archive = _scripts_image("index")
+    layout = tmp_path / "layout"
+    layout.mkdir()
+    subprocess.run(["tar", "-xf", str(archive), "-C", str(layout)], check=True)
+    [entry] = json.loads((layout / "index.json").read_text())["manifests"]
+    assert entry["annotations"]["io.containerd.image.name"] == DEFAULT_IMAGE
+    assert entry["digest"] == (archive.parent / "digest").read_text().strip()
+    nested = json.loads(_blob(layout, entry["digest"]).read_text())
+    expected = {arch: (_scripts_image(arch).parent / "digest").read_text().strip() for arch in ("amd64", "arm64")}
+    assert {m["platform"]["architecture"]: m["digest"] for m in nested["manifests"]} == expected
+    for manifest in nested["manifests"]:
+        assert _blob(layout, manifest["digest"]).is_file()
