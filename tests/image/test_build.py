@@ -7,7 +7,8 @@ archive, byte for byte. The amd64 root filesystem is unpacked and used read-only
 namespace of the test's own, the way a container runtime gives it with `readOnlyRootFilesystem`: the tools run with
 `chroot --userspec` as the image's user (61888:61888), the firewall's init script as root in a network namespace of
 its own. The arm64 binaries run under qemu-user (`qemu-aarch64 -L ROOT`), which cannot open netlink sockets, so
-nft is only checked to be an aarch64 program there.
+nft is only checked to be an aarch64 program there. Last, a containerd of the test's own imports both archives and
+runs a container of the image.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import shutil
 import socket
 import subprocess
 import tarfile
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -351,3 +353,55 @@ def test_the_index_archive_holds_both_architectures_under_the_default_reference(
     assert {m["platform"]["architecture"]: m["digest"] for m in nested["manifests"]} == expected
     for manifest in nested["manifests"]:
         assert _blob(layout, manifest["digest"]).is_file()
+
+
+@pytest.fixture
+def containerd(tmp_path: Path) -> Iterator[Path]:
+    """A containerd of the test's own (its own root, state and socket; no CRI), stopped and its mounts gone after."""
+    for tool in ("containerd", "ctr", "runc"):
+        if shutil.which(tool) is None:
+            pytest.fail(
+                f"{tool} is not on PATH: the image is imported and run by containerd (apt-get install containerd)"
+            )
+    base = Path(tempfile.mkdtemp(prefix="ctrd-", dir="/tmp"))  # a short path: the socket's must fit in 108 bytes
+    config = base / "config.toml"
+    config.write_text(
+        f'version = 2\nroot = "{base}/root"\nstate = "{base}/state"\n'
+        'disabled_plugins = ["io.containerd.grpc.v1.cri"]\n'
+        f'[grpc]\n  address = "{base}/sock"\n'
+    )
+    log = (tmp_path / "containerd.log").open("wb")
+    proc = subprocess.Popen(["containerd", "-c", str(config)], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 20
+        while not (base / "sock").exists():
+            assert proc.poll() is None, (tmp_path / "containerd.log").read_text()
+            assert time.monotonic() < deadline, "containerd did not start"
+            time.sleep(0.1)
+        yield base / "sock"
+    finally:
+        proc.terminate()
+        proc.wait(20)
+        log.close()
+        subprocess.run(["umount", "-R", str(base / "state")], capture_output=True, check=False)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_containerd_imports_both_archives_and_runs_the_image(containerd: Path, tmp_path: Path) -> None:
+    """`ctr -n k8s.io images import`, as a node without a registry takes it, then a container of it under runc."""
+
+    def ctr(*args: str) -> str:
+        done = subprocess.run(["ctr", "-a", str(containerd), *args], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    amd64 = _scripts_image("amd64")
+    ctr("-n", "k8s.io", "images", "import", str(amd64))
+    ctr("-n", "index", "images", "import", str(_scripts_image("index")))
+    for namespace, archive in (("k8s.io", amd64), ("index", _scripts_image("index"))):
+        listed = ctr("-n", namespace, "images", "ls", "-q")
+        assert listed.split() == [DEFAULT_IMAGE]
+        digest = (archive.parent / "digest").read_text().strip()
+        assert digest in ctr("-n", namespace, "images", "ls")
+    run = ctr("-n", "k8s.io", "run", "--rm", DEFAULT_IMAGE, f"t{os.getpid()}", "sh", "-c", "id; tinyproxy -v")
+    assert run.splitlines() == ["uid=61888(tinyproxy) gid=61888(tinyproxy) groups=61888(tinyproxy)", "tinyproxy 1.11.2"]

@@ -165,3 +165,51 @@ def test_the_oci_writer_gives_the_same_archive_for_the_same_root(tmp_path: Path)
     assert config["config"]["User"] == "61888:61888"
     assert config["config"]["Env"] == ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
     assert config["rootfs"]["diff_ids"] == ["sha256:" + hashlib.sha256(rootfs.read_bytes()).hexdigest()]
+
+
+def _deb(archives: Path, name: str, version: str) -> None:
+    """A real, empty .deb of `name` at `version` (dpkg-deb --build), as apt leaves them for the extract hook."""
+    tree = archives.parent / f"tree-{name}"
+    (tree / "DEBIAN").mkdir(parents=True)
+    (tree / "DEBIAN/control").write_text(
+        f"Package: {name}\nVersion: {version}\nArchitecture: all\nMaintainer: t <t@example.org>\nDescription: t\n"
+    )
+    subprocess.run(["dpkg-deb", "--build", str(tree), str(archives / f"{name}.deb")], check=True, capture_output=True)
+
+
+@pytest.fixture
+def extracted(tmp_path: Path) -> Path:
+    archives = tmp_path / "root/var/cache/apt/archives"
+    archives.mkdir(parents=True)
+    _deb(archives, "tinyproxy-bin", "1.11.2-1")
+    _deb(archives, "libc6", "2.41-12+deb13u5")
+    return tmp_path / "root"
+
+
+def test_the_extract_step_writes_the_dpkg_database_of_the_pinned_packages(extracted: Path, tmp_path: Path) -> None:
+    pins = tmp_path / "packages.amd64"
+    pins.write_text("# epoch 1\nlibc6=2.41-12+deb13u5\ntinyproxy-bin=1.11.2-1\n")
+    done = subprocess.run(["sh", str(ROOT / "images/proxy/rootfs.sh"), "extract", str(extracted)],
+                          env={"PATH": "/usr/bin:/bin", "IMAGE_LOCK": str(pins)}, capture_output=True, text=True)  # fmt: skip
+    assert (done.returncode, done.stderr) == (0, "")
+    status = (extracted / "var/lib/dpkg/status").read_text().split("\n\n")
+    assert [p.splitlines()[:3] for p in status if p] == [
+        ["Package: libc6", "Status: install ok installed", "Version: 2.41-12+deb13u5"],
+        ["Package: tinyproxy-bin", "Status: install ok installed", "Version: 1.11.2-1"],
+    ]
+
+
+def test_the_extract_step_refuses_packages_that_are_not_the_pins(extracted: Path, tmp_path: Path) -> None:
+    """A dependency the mirror added, or a version it moved, stops the build and is named."""
+    pins = tmp_path / "packages.amd64"
+    pins.write_text("# epoch 1\nlibc6=2.41-12+deb13u4\n")
+    done = subprocess.run(["sh", str(ROOT / "images/proxy/rootfs.sh"), "extract", str(extracted)],
+                          env={"PATH": "/usr/bin:/bin", "IMAGE_LOCK": str(pins)}, capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr == (
+        f"images/proxy/rootfs.sh: the mirror gave other packages than {pins} pins (run: scripts/image lock):\n"
+        "  pinned: libc6=2.41-12+deb13u4\n"
+        "  got:    libc6=2.41-12+deb13u5\n"
+        "  got:    tinyproxy-bin=1.11.2-1\n"
+    )
+    assert not (extracted / "var/lib/dpkg/status").exists()
