@@ -31,6 +31,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from .image import DEFAULT_IMAGE as OWN_IMAGE
+from .image import USER_ID as OWN_USER_ID
 from .noproxy import (
     Category,
     NoProxy,
@@ -714,7 +715,7 @@ class DeploymentSettings(_Model):
     image: ImageRef = Field(default=DEFAULT_IMAGE, description="Any image with tinyproxy >= 1.11 on PATH.")
     image_pull_policy: PullPolicy = Field(default="IfNotPresent", description="Of both containers.")
     run_as_user: int = Field(
-        default=61888,
+        default=OWN_USER_ID,
         ge=1000,
         le=2**31 - 1,
         description="tinyproxy's UID (and GID): one no other process on the node uses, since the firewall matches it.",

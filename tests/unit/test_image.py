@@ -19,7 +19,7 @@ from types import ModuleType
 
 import pytest
 
-from proxy_component.image import DEFAULT_IMAGE, REPOSITORY, TINYPROXY_DEBIAN_VERSION, tag_for
+from proxy_component.image import DEFAULT_IMAGE, REPOSITORY, TINYPROXY_DEBIAN_VERSION, USER_ID, tag_for
 from proxy_component.probe import probe_pod
 from proxy_component.settings import image_is_mutable, parse_settings
 
@@ -56,6 +56,8 @@ def test_both_containers_and_the_probe_pods_default_to_the_projects_image() -> N
     settings = parse_settings({"cluster": CLUSTER})
     assert DEFAULT_IMAGE == "ghcr.io/proxy-component/proxy:1.11.2-1"
     assert settings.deployment.image == settings.deployment.firewall.image == DEFAULT_IMAGE
+    # the image's user (scripts/image reads USER_ID too) is the UID the settings run tinyproxy and the probes as
+    assert settings.deployment.run_as_user == USER_ID == 61888
     pod = probe_pod(settings, "node-a", "run", 0, "true", 30)
     assert pod["spec"]["containers"][0]["image"] == DEFAULT_IMAGE
 
