@@ -278,8 +278,11 @@ def test_the_probe_pods_script_with_the_images_busybox_through_the_images_tinypr
     assert done.returncode == 0, done.stderr
     transcripts = parse_transcript(done.stdout, len(targets))
     assert transcripts is not None, done.stdout
+    upstream = settings.proxy.upstream is not None  # configured, but every probed host is in its noUpstream
     outcome = {
-        key: classify("node-a", t, transcripts[i], wait=WAIT, tls=clients.get(i), proxy_log=proxy_log, upstream=False)
+        key: classify(
+            "node-a", t, transcripts[i], wait=WAIT, tls=clients.get(i), proxy_log=proxy_log, upstream=upstream
+        )
         for i, (key, t) in enumerate(zip(urls, targets, strict=True))
     }
     assert {key: r.outcome for key, r in outcome.items()} == {
