@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import sys
 
-__all__ = ["DEFAULT_IMAGE", "REPOSITORY", "TINYPROXY_DEBIAN_VERSION", "tag_for"]
+__all__ = ["DEFAULT_IMAGE", "REPOSITORY", "TINYPROXY_DEBIAN_VERSION", "USER_ID", "tag_for"]
 
 REPOSITORY = "ghcr.io/proxy-component/proxy"
-# The Debian version of tinyproxy-bin in the image; images/proxy/packages.<arch> pins the same one.
+# The Debian version of tinyproxy in the image; images/proxy/packages.<arch> pin tinyproxy-bin at it (or at a
+# binary-only rebuild of it, +bN).
 TINYPROXY_DEBIAN_VERSION = "1.11.2-1"
+# The image's user and group, and the settings' default deployment.runAsUser.
+USER_ID = 61888
 
 # A Docker tag is [A-Za-z0-9_][A-Za-z0-9_.-]{0,127}; a Debian version may also hold `:` (after the epoch), `+` and
 # `~`, and never `_`. Each becomes `_`, `_` and `-`: e.g. 1:1.37.0-6+b9 -> 1_1.37.0-6_b9, 1.0~rc1-1 -> 1.0-rc1-1.
@@ -37,5 +40,5 @@ DEFAULT_IMAGE = f"{REPOSITORY}:{tag_for(TINYPROXY_DEBIAN_VERSION)}"
 
 
 if __name__ == "__main__":  # scripts/image: `python3 proxy_component/image.py` prints what it needs, one per line
-    print(REPOSITORY, TINYPROXY_DEBIAN_VERSION, tag_for(TINYPROXY_DEBIAN_VERSION), sep="\n")
+    print(REPOSITORY, TINYPROXY_DEBIAN_VERSION, tag_for(TINYPROXY_DEBIAN_VERSION), USER_ID, sep="\n")
     sys.exit(0)

@@ -1,10 +1,10 @@
 """`proxy-component check --probe URL...`: through each node's proxy, to each URL, what really happens.
 
 One short-lived Pod per node that runs a proxy pod, pinned there by `nodeName`, in the proxy's namespace and
-with the proxy's own image (busybox `sh`, `nc`, `base64`, `timeout` of its Alpine base: nothing else). For each
-URL it opens a connection from the pod network to its node's proxy (`status.hostIP`, the proxy's port) and sends
-what a client sends: `CONNECT host:port` for https (then, in the tunnel, a TLS ClientHello made by this process),
-a `GET http://...` for http. It prints the raw bytes it got back, base64-encoded, and exits.
+with the proxy's own image (busybox's `sh`, `nc`, `base64` and `timeout`, which the project's image links: nothing
+else). For each URL it opens a connection from the pod network to its node's proxy (`status.hostIP`, the proxy's
+port) and sends what a client sends: `CONNECT host:port` for https (then, in the tunnel, a TLS ClientHello made by
+this process), a `GET http://...` for http. It prints the raw bytes it got back, base64-encoded, and exits.
 
 This process judges the transcript: tinyproxy's own status line and page (403 Filtered, 403 Access denied,
 502 upstream unreachable, 500 unable to connect, with the proxy pod's log line telling a DNS failure from a

@@ -41,7 +41,7 @@ class FirewallSettings(TypedDict):
     """Load the rules; without them only the name Filter stands between pods and the node."""
 
     image: NotRequired[pulumi.Input[str]]
-    """An image with nft and a POSIX /bin/sh, run as root with NET_ADMIN only (kube-proxy's ships both)."""
+    """An image with nft and a POSIX /bin/sh, run as root with NET_ADMIN only (the proxy's own has both)."""
 
     deny_cidrs: NotRequired[pulumi.Input[Sequence[pulumi.Input[str]]]]
     """Destinations refused besides the node's own addresses."""

@@ -30,6 +30,8 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from .image import DEFAULT_IMAGE as OWN_IMAGE
+from .image import USER_ID as OWN_USER_ID
 from .noproxy import (
     Category,
     NoProxy,
@@ -601,13 +603,14 @@ DEFAULT_FIREWALL_DENY: tuple[str, ...] = (
 )
 
 
-# The images the DaemonSet runs by default: versioned tags, never `latest`. How they were chosen (and why the
-# digest pin is yours to add, as `image:tag@sha256:...`) is in the README's "Images".
-DEFAULT_IMAGE = "ghcr.io/sergelogvinov/tinyproxy:1.11.1"
-DEFAULT_FIREWALL_IMAGE = "registry.k8s.io/kube-proxy:v1.36.3"
+# The images the DaemonSet runs by default: the project's own (proxy_component/image.py, built by scripts/image), for
+# both containers and the probe pods, tagged with its tinyproxy's Debian version. Why the digest pin is yours to
+# add, as `image:tag@sha256:...`, is in the README's "Images".
+DEFAULT_IMAGE = OWN_IMAGE
+DEFAULT_FIREWALL_IMAGE = OWN_IMAGE
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _IMAGE_EXAMPLE = (
-    "expected e.g. ghcr.io/sergelogvinov/tinyproxy:1.11.1, optionally pinned as ...:1.11.1@sha256:<64 hex digits>"
+    f"expected e.g. {DEFAULT_IMAGE}, optionally pinned as ...:{DEFAULT_IMAGE.rsplit(':', 1)[1]}@sha256:<64 hex digits>"
 )
 
 
@@ -624,7 +627,7 @@ def _image_ref(value: str) -> str:
 def image_is_mutable(image: str) -> bool:
     """True for a reference that may point at other content tomorrow: no digest, and no tag or one without a digit.
 
-    `latest`, `stable` or no tag at all move by design; a versioned tag (`1.11.1`, `v1.36.3`) is conventionally
+    `latest`, `stable` or no tag at all move by design; a versioned tag (`1.11.2-1`, `v1.36.3`) is conventionally
     stable but can still be pushed again, which only a digest rules out.
     """
     name, at, _ = image.partition("@")
@@ -673,7 +676,7 @@ class FirewallSettings(_Model):
     )
     image: ImageRef = Field(
         default=DEFAULT_FIREWALL_IMAGE,
-        description="An image with nft and a POSIX /bin/sh, run as root with NET_ADMIN only (kube-proxy's ships both).",
+        description="An image with nft and a POSIX /bin/sh, run as root with NET_ADMIN only (the proxy's own has both).",
     )
     deny_cidrs: list[Cidr] = Field(
         default_factory=lambda: list(DEFAULT_FIREWALL_DENY),
@@ -712,7 +715,7 @@ class DeploymentSettings(_Model):
     image: ImageRef = Field(default=DEFAULT_IMAGE, description="Any image with tinyproxy >= 1.11 on PATH.")
     image_pull_policy: PullPolicy = Field(default="IfNotPresent", description="Of both containers.")
     run_as_user: int = Field(
-        default=61888,
+        default=OWN_USER_ID,
         ge=1000,
         le=2**31 - 1,
         description="tinyproxy's UID (and GID): one no other process on the node uses, since the firewall matches it.",

@@ -1,5 +1,6 @@
 """The `check --probe` pod's script run for real, and its transcripts judged: Debian's tinyproxy with the rendered
-config, busybox's sh, nc, base64 and timeout (the applets the proxy image's Alpine base has), and local servers.
+config, busybox's sh, nc, base64 and timeout (the applets the project's image links; tests/image runs them from the image
+itself), and local servers.
 
 Everything is on loopback. tinyproxy runs in a mount namespace of its own whose /etc/resolv.conf names 127.0.0.1,
 where nothing answers: a name that is not in /etc/hosts fails to resolve without a packet leaving the machine.

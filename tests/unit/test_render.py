@@ -239,13 +239,14 @@ def test_images_are_versioned_and_pulled_if_not_present_by_default() -> None:
     settings = parse_settings({"cluster": CLUSTER})
     pod = daemonset(settings, "digest")["spec"]["template"]["spec"]
     containers = [*pod["initContainers"], *pod["containers"]]
+    # One image, the project's own (scripts/image), for the firewall init container and tinyproxy.
     assert [c["image"] for c in containers] == [
-        "registry.k8s.io/kube-proxy:v1.36.3",
-        "ghcr.io/sergelogvinov/tinyproxy:1.11.1",
+        "ghcr.io/proxy-component/proxy:1.11.2-1",
+        "ghcr.io/proxy-component/proxy:1.11.2-1",
     ]
     assert {c["imagePullPolicy"] for c in containers} == {"IfNotPresent"}
     assert not any(image_is_mutable(c["image"]) for c in containers)
-    pinned = "ghcr.io/sergelogvinov/tinyproxy:1.11.1@sha256:" + "ab" * 32
+    pinned = "ghcr.io/proxy-component/proxy:1.11.2-1@sha256:" + "ab" * 32
     always = parse_settings({"cluster": CLUSTER, "deployment": {"image": pinned, "imagePullPolicy": "Always"}})
     container = daemonset(always, "digest")["spec"]["template"]["spec"]["containers"][0]
     assert (container["image"], container["imagePullPolicy"]) == (pinned, "Always")
@@ -259,6 +260,9 @@ def test_images_are_versioned_and_pulled_if_not_present_by_default() -> None:
         ("registry.local:5000/tinyproxy", True),
         ("registry.local:5000/tinyproxy:stable", True),
         ("ghcr.io/sergelogvinov/tinyproxy:1.11.1", False),
+        ("ghcr.io/proxy-component/proxy:1.11.2-1", False),
+        ("registry.corp.example:5000/mirror/proxy:1.11.3-1_b1", False),
+        ("registry.corp.example:5000/mirror/proxy:1.0-rc1-1", False),
         ("registry.k8s.io/kube-proxy:v1.36.3", False),
         ("docker.io/vimagick/tinyproxy:latest@sha256:" + "0" * 64, False),
     ],
