@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -146,6 +147,7 @@ def real(tmp_path_factory: pytest.TempPathFactory, tool: Path) -> Iterator[RealN
                         text=True, env=env, timeout=3000)  # fmt: skip
     print(f"realnode: scripts/cluster up 0 --real 1 in {time.monotonic() - t0:.1f}s", file=sys.stderr)
     internet = f"pc-inet-{os.getpid()}"
+    etc = Path("/etc/netns") / internet
     servers: list[subprocess.Popen[str]] = []
     try:
         assert up.returncode == 0, f"scripts/cluster up failed: {up.stderr}"
@@ -173,6 +175,10 @@ def real(tmp_path_factory: pytest.TempPathFactory, tool: Path) -> Iterator[RealN
         run("ip", "-n", internet, "link", "set", "eth0", "up")
         run("ip", "-n", internet, "link", "set", "lo", "up")
         node.hosts.write_text(f"{ORIGIN} origin.example upstream.example\n")
+        # The upstream proxy, in "the internet", resolves the origin from its own hosts file (`ip netns exec` binds
+        # /etc/netns/NAME/hosts over /etc/hosts).
+        etc.mkdir(parents=True)
+        (etc / "hosts").write_text(f"{ORIGIN} origin.example\n")
         ca = make_ca("Real Node Lane CA")
         leaf = make_leaf(ca, "origin.example")
         (workdir / "origin.crt").write_text(leaf.cert_pem)
@@ -210,6 +216,7 @@ def real(tmp_path_factory: pytest.TempPathFactory, tool: Path) -> Iterator[RealN
             except subprocess.TimeoutExpired:
                 server.kill()
         subprocess.run(["ip", "netns", "del", internet], capture_output=True)
+        shutil.rmtree(etc, ignore_errors=True)
         down = subprocess.run(["bash", str(ROOT / "scripts/cluster"), "down"], capture_output=True, text=True,
                               env=env, timeout=300)  # fmt: skip
         assert down.returncode == 0, down.stderr
@@ -416,6 +423,7 @@ def test_a_tinyproxy_conf_change_rolls_the_daemonset_and_the_outage_is_measured(
     rolled = time.monotonic() - t0
     out, err = load.communicate(timeout=180)
     figures = json.loads(out.strip().splitlines()[-1])
+    failures = figures["failures"] or []
     after = real.proxy_pod()
     assert after["metadata"]["uid"] != before["metadata"]["uid"], "the DaemonSet replaced its pod"
     digest = "proxy-component/config-digest"
@@ -425,7 +433,8 @@ def test_a_tinyproxy_conf_change_rolls_the_daemonset_and_the_outage_is_measured(
     print(
         f"realnode: roll under a 20 req/s client: {figures['failed']} of {figures['sent']} requests failed, "
         f"longest time without an answer {figures['longestGapMs']} ms; pulumi up took {rolled:.1f}s; "
-        f"failures: {figures['failures'][:5]}",
+        f"failures from {failures[0]['offsetMs'] if failures else '-'} to {failures[-1]['offsetMs'] if failures else '-'} ms "
+        f"after the client started, of these kinds: {sorted({f['error'].split(': ')[-1] for f in failures})}",
         file=sys.stderr,
     )
     assert figures["sent"] == 1800, (figures, err)
