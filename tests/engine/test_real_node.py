@@ -202,7 +202,7 @@ def real(tmp_path_factory: pytest.TempPathFactory, tool: Path) -> Iterator[RealN
         with (workdir / "upstream.log").open("w") as upstream_log:
             servers.append(subprocess.Popen(
                 ["ip", "netns", "exec", internet, "tinyproxy", "-d", "-c", str(workdir / "upstream.conf")],
-                stdout=upstream_log, stderr=subprocess.STDOUT,
+                stdout=upstream_log, stderr=subprocess.STDOUT, text=True,
             ))  # fmt: skip
         node.kubectl("-n", "default", "create", "configmap", "origin-ca",
                      f"--from-file=ca-certificates.crt={workdir / 'ca.crt'}")  # fmt: skip
