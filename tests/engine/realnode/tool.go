@@ -1,0 +1,153 @@
+// tool: the real-node lane's client and servers, one static binary (CGO_ENABLED=0, standard library only) that the
+// test runs on the host, in its network namespaces and, mounted read-only, inside pods on the real node.
+//
+//	tool fetch URL...                  GET each URL with Go's default client (proxy from the environment: HTTP_PROXY,
+//	                                   HTTPS_PROXY, NO_PROXY); one JSON object: URL -> "ok <status> <body>" or "error <msg>"
+//	tool serve ADDR NAME [CERT KEY]    answer every request "NAME saw PATH from IP" (TLS with CERT and KEY); print
+//	                                   "ready" once listening
+//	tool load URL SECONDS RATE         GET URL RATE times a second for SECONDS, each on a new connection, 2 s timeout
+//	                                   each; one JSON object: sent, ok, failed, the failures' offsets and errors, and
+//	                                   the longest time between two successful answers (ms)
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+)
+
+func fetch(urls []string) {
+	client := &http.Client{Timeout: 10 * time.Second}
+	out := map[string]string{}
+	for _, url := range urls {
+		resp, err := client.Get(url)
+		if err != nil {
+			out[url] = "error " + err.Error()
+			continue
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			out[url] = "error " + err.Error()
+			continue
+		}
+		out[url] = fmt.Sprintf("ok %d %s", resp.StatusCode, body)
+	}
+	enc, _ := json.Marshal(out)
+	fmt.Println(string(enc))
+}
+
+func serve(addr, name string, tlsFiles []string) {
+	listener, err := net.Listen("tcp", addr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, _ := net.SplitHostPort(r.RemoteAddr)
+		fmt.Fprintf(w, "%s saw %s from %s", name, r.URL.Path, host)
+	})
+	fmt.Println("ready")
+	if len(tlsFiles) == 2 {
+		err = http.ServeTLS(listener, handler, tlsFiles[0], tlsFiles[1])
+	} else {
+		err = http.Serve(listener, handler)
+	}
+	fmt.Fprintln(os.Stderr, err)
+	os.Exit(1)
+}
+
+type failure struct {
+	OffsetMs int64  `json:"offsetMs"`
+	Error    string `json:"error"`
+}
+
+func load(url string, seconds, rate int) {
+	client := &http.Client{
+		Timeout:   2 * time.Second,
+		Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, DisableKeepAlives: true},
+	}
+	start := time.Now()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var failures []failure
+	var okAt []int64
+	total := seconds * rate
+	ticker := time.NewTicker(time.Second / time.Duration(rate))
+	for i := 0; i < total; i++ {
+		if i > 0 {
+			<-ticker.C
+		}
+		wg.Add(1)
+		go func(sent time.Time) {
+			defer wg.Done()
+			resp, err := client.Get(url)
+			msg := ""
+			if err != nil {
+				msg = err.Error()
+			} else {
+				_, _ = io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					msg = "status " + strconv.Itoa(resp.StatusCode)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if msg != "" {
+				failures = append(failures, failure{sent.Sub(start).Milliseconds(), msg})
+			} else {
+				okAt = append(okAt, time.Since(start).Milliseconds())
+			}
+		}(time.Now())
+	}
+	ticker.Stop()
+	wg.Wait()
+	sort.Slice(failures, func(a, b int) bool { return failures[a].OffsetMs < failures[b].OffsetMs })
+	sort.Slice(okAt, func(a, b int) bool { return okAt[a] < okAt[b] })
+	var gap int64
+	for i := 1; i < len(okAt); i++ {
+		if okAt[i]-okAt[i-1] > gap {
+			gap = okAt[i] - okAt[i-1]
+		}
+	}
+	enc, _ := json.Marshal(map[string]any{
+		"sent": total, "ok": len(okAt), "failed": len(failures), "failures": failures, "longestGapMs": gap,
+	})
+	fmt.Println(string(enc))
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: tool fetch URL... | serve ADDR NAME [CERT KEY] | load URL SECONDS RATE")
+		os.Exit(2)
+	}
+	switch args := os.Args[2:]; os.Args[1] {
+	case "fetch":
+		fetch(args)
+	case "serve":
+		if len(args) != 2 && len(args) != 4 {
+			os.Exit(2)
+		}
+		serve(args[0], args[1], args[2:])
+	case "load":
+		if len(args) != 3 {
+			os.Exit(2)
+		}
+		seconds, err1 := strconv.Atoi(args[1])
+		rate, err2 := strconv.Atoi(args[2])
+		if err1 != nil || err2 != nil || rate < 1 {
+			os.Exit(2)
+		}
+		load(args[0], seconds, rate)
+	default:
+		os.Exit(2)
+	}
+}

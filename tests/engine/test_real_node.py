@@ -1,0 +1,499 @@
+"""The proxy on a real node (pytest -m realnode): `scripts/cluster up 0 --real 1` starts the test cluster with one
+real node (containerd + runc, the kubelet, kube-proxy in nftables mode and CoreDNS, in the network namespace
+`<cluster>-real-0`), the project's image and a pause image imported. The IPv6-only example is applied with
+`pulumi up` under the real engine, unmodified; then a pod on that node, IPv6-only and given nothing but
+`envFrom: proxy-config`, reaches an IPv4-only origin in a network namespace of this test's own ("the internet",
+reachable from the node over IPv4 only) through `http-proxy.kube-system.svc.k8s.internal:8888`.
+
+The clients and servers are one static Go binary (realnode/tool.go, built here), mounted into the pods read-only.
+Names of "the internet" (origin.example, upstream.example) are served by the node's CoreDNS from the cluster's
+hosts file; the pods' own DNS is the cluster's (kube-dns, fd00:10:96::a).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from proxy_component.image import DEFAULT_IMAGE
+from tests.pki import make_ca, make_leaf
+
+from .conftest import ROOT, Project
+
+pytestmark = pytest.mark.realnode
+EXAMPLE = ROOT / "examples/ipv6-only"
+ORIGIN = "198.51.100.2"  # TEST-NET-2: "the internet", IPv4 only, in this test's own network namespace
+NODE_ON_INTERNET = "198.51.100.1"  # the node's side of that link
+NODE6 = "fd00:10::2"  # the real node's IPv6 address (scripts/cluster: fd00:10::<i+2>)
+UPSTREAM_USER, UPSTREAM_PASSWORD = "egress", "Upstr3am-s3cret"
+PROXY_POD_LABEL = "app=http-proxy"
+
+
+def run(*args: str, check: bool = True, timeout: float = 120, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, **kwargs)
+    if check:
+        assert result.returncode == 0, f"{' '.join(args)}: {result.stdout}{result.stderr}"
+    return result
+
+
+def wait(condition: Callable[[], bool], what: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting: {what}"
+        time.sleep(1)
+
+
+@dataclass
+class RealNode:
+    kubeconfig: Path
+    workdir: Path
+    netns: str  # the node's network namespace
+    node: str  # its Node name
+    internet: str  # this test's "internet" namespace
+    tool: Path
+    hosts: Path  # the cluster's hosts file (CoreDNS serves it on the node)
+
+    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True, timeout: float = 120) -> str:
+        result = subprocess.run(
+            ["kubectl", "--kubeconfig", str(self.kubeconfig), *args],
+            input=stdin, capture_output=True, text=True, timeout=timeout,
+        )  # fmt: skip
+        if check:
+            assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
+        return result.stdout
+
+    def get(self, *args: str) -> Any:
+        return json.loads(self.kubectl("get", *args, "-o", "json"))
+
+    def proxy_pod(self) -> dict[str, Any]:
+        pods = self.get("pods", "-n", "kube-system", "-l", PROXY_POD_LABEL)["items"]
+        running = [p for p in pods if p["metadata"].get("deletionTimestamp") is None]
+        assert len(running) == 1, [p["metadata"]["name"] for p in pods]
+        pod: dict[str, Any] = running[0]
+        return pod
+
+    def fetch(self, pod: str, *urls: str, env: tuple[str, ...] = ()) -> dict[str, str]:
+        """GET each URL from inside `pod` with Go's default client (`env` first: `-u NAME` or `NAME=value`)."""
+        prefix = ["env", *env] if env else []
+        out = self.kubectl("exec", pod, "--", *prefix, "/tools/tool", "fetch", *urls, timeout=180)
+        answers: dict[str, str] = json.loads(out.strip().splitlines()[-1])
+        return answers
+
+
+def _pod(name: str, node: str, tools: Path, command: list[str], env_from: bool) -> dict[str, Any]:
+    """A pod on the real node running the project's image as root (to read the tool's host directory)."""
+    container: dict[str, Any] = {
+        "name": name,
+        "image": DEFAULT_IMAGE,
+        "imagePullPolicy": "Never",
+        "command": command,
+        "securityContext": {"runAsUser": 0, "runAsNonRoot": False},
+        "volumeMounts": [
+            {"name": "tools", "mountPath": "/tools", "readOnly": True},
+            {"name": "ca", "mountPath": "/etc/ssl/certs", "readOnly": True},
+        ],
+    }
+    if env_from:
+        container["envFrom"] = [{"configMapRef": {"name": "proxy-config"}}]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 0,
+            "enableServiceLinks": False,
+            "automountServiceAccountToken": False,
+            "containers": [container],
+            "volumes": [
+                {"name": "tools", "hostPath": {"path": str(tools), "type": "Directory"}},
+                {"name": "ca", "configMap": {"name": "origin-ca"}},
+            ],
+        },
+    }
+
+
+def test_up_with_a_real_node_and_down_leave_no_namespace_mount_process_cgroup_or_nft_table(tmp_path: Path) -> None:
+    cluster = f"pc-down-{os.getpid()}"
+    env = {**os.environ, "PROXY_COMPONENT_CLUSTER": cluster, "KWOK_WORKDIR": str(tmp_path / "kwok")}
+    up = subprocess.run(["bash", str(ROOT / "scripts/cluster"), "up", "1", "--real", "1"], capture_output=True,
+                        text=True, env=env, timeout=3000)  # fmt: skip
+    try:
+        assert up.returncode == 0, up.stderr
+        kubeconfig = up.stdout.strip().splitlines()[-1]
+        nodes = subprocess.run(["kubectl", "--kubeconfig", kubeconfig, "get", "nodes", "-o", "json"],
+                               capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+        ready = {
+            n["metadata"]["name"]: [c["status"] for c in n["status"]["conditions"] if c["type"] == "Ready"]
+            for n in json.loads(nodes.stdout)["items"]
+        }
+        assert ready == {f"{cluster}-real-0": ["True"], "node-000000": ["True"]}
+        # kube-proxy's own nft (the image's: Debian 12's segfaults on the named sets a newer nft made)
+        nft = tmp_path / "kwok" / f"{cluster}.real-0" / "nft-bin" / "nft"
+        tables = subprocess.run(["ip", "netns", "exec", f"{cluster}-real-0", str(nft), "list", "tables"],
+                                capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert "table ip6 kube-proxy" in tables.stdout, "kube-proxy (nftables) runs in the node"
+    finally:
+        down = subprocess.run(["bash", str(ROOT / "scripts/cluster"), "down"], capture_output=True, text=True, env=env,
+                              timeout=300)  # fmt: skip
+    assert down.returncode == 0, down.stderr
+    assert cluster not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert str(tmp_path) not in Path("/proc/self/mountinfo").read_text()
+    assert subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout == ""
+    assert cluster not in subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout
+    assert not list(Path("/sys/fs/cgroup").glob(f"*/{cluster}-real-*"))
+    assert not any(line.startswith("pc") and cluster in line for line in Path("/proc/net/dev").read_text().splitlines())
+
+
+@pytest.fixture(scope="module")
+def tool(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """realnode/tool.go, static (it runs on the host and in the pods alike)."""
+    out = tmp_path_factory.mktemp("tools")
+    t0 = time.monotonic()
+    run("go", "build", "-trimpath", "-o", str(out / "tool"), str(Path(__file__).with_name("realnode") / "tool.go"),
+        env={**os.environ, "CGO_ENABLED": "0"}, timeout=600)  # fmt: skip
+    print(f"realnode: tool built in {time.monotonic() - t0:.1f}s", file=sys.stderr)
+    return out / "tool"
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory: pytest.TempPathFactory, tool: Path) -> Iterator[RealNode]:
+    workdir = tmp_path_factory.mktemp("real")
+    cluster = f"pc-real-{os.getpid()}"
+    env = {**os.environ, "PROXY_COMPONENT_CLUSTER": cluster, "KWOK_WORKDIR": str(workdir / "kwok")}
+    t0 = time.monotonic()
+    up = subprocess.run(["bash", str(ROOT / "scripts/cluster"), "up", "0", "--real", "1"], capture_output=True,
+                        text=True, env=env, timeout=3000)  # fmt: skip
+    print(f"realnode: scripts/cluster up 0 --real 1 in {time.monotonic() - t0:.1f}s", file=sys.stderr)
+    internet = f"pc-inet-{os.getpid()}"
+    etc = Path("/etc/netns") / internet
+    servers: list[subprocess.Popen[str]] = []
+    try:
+        assert up.returncode == 0, f"scripts/cluster up failed: {up.stderr}"
+        node = RealNode(
+            kubeconfig=Path(up.stdout.strip().splitlines()[-1]),
+            workdir=workdir,
+            netns=f"{cluster}-real-0",
+            node=f"{cluster}-real-0",
+            internet=internet,
+            tool=tool,
+            hosts=workdir / "kwok" / f"{cluster}.hosts",
+        )
+        # "The internet": IPv4 only, linked to the node alone.
+        link = f"pci{os.getpid() % 100000}"
+        run("ip", "netns", "add", internet)
+        run("ip", "link", "add", f"{link}a", "type", "veth", "peer", "name", f"{link}b")
+        run("ip", "link", "set", f"{link}a", "netns", node.netns)
+        run("ip", "link", "set", f"{link}b", "netns", internet)
+        run("ip", "-n", node.netns, "link", "set", f"{link}a", "name", "inet0")
+        run("ip", "-n", node.netns, "addr", "add", f"{NODE_ON_INTERNET}/24", "dev", "inet0")
+        run("ip", "-n", node.netns, "link", "set", "inet0", "up")
+        run("ip", "netns", "exec", internet, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1")
+        run("ip", "-n", internet, "link", "set", f"{link}b", "name", "eth0")
+        run("ip", "-n", internet, "addr", "add", f"{ORIGIN}/24", "dev", "eth0")
+        run("ip", "-n", internet, "link", "set", "eth0", "up")
+        run("ip", "-n", internet, "link", "set", "lo", "up")
+        node.hosts.write_text(f"{ORIGIN} origin.example upstream.example\n")
+        # The upstream proxy, in "the internet", resolves the origin from its own hosts file (`ip netns exec` binds
+        # /etc/netns/NAME/hosts over /etc/hosts).
+        etc.mkdir(parents=True)
+        (etc / "hosts").write_text(f"{ORIGIN} origin.example\n")
+        ca = make_ca("Real Node Lane CA")
+        leaf = make_leaf(ca, "origin.example")
+        (workdir / "origin.crt").write_text(leaf.cert_pem)
+        (workdir / "origin.key").write_text(leaf.key_pem)
+        (workdir / "ca.crt").write_text(ca.cert_pem)
+        (workdir / "upstream.conf").write_text(
+            f"User nobody\nGroup nogroup\nPort 3128\nListen {ORIGIN}\nTimeout 30\nLogLevel Info\n"
+            f"Allow {NODE_ON_INTERNET}\nBasicAuth {UPSTREAM_USER} {UPSTREAM_PASSWORD}\nConnectPort 443\n"
+        )
+        commands = [
+            [internet, str(tool), "serve", f"{ORIGIN}:80", "origin"],
+            [internet, str(tool), "serve", f"{ORIGIN}:443", "origin-tls", str(workdir / "origin.crt"),
+             str(workdir / "origin.key")],
+            [node.netns, str(tool), "serve", ":8081", "node"],
+        ]  # fmt: skip
+        for netns, *command in commands:
+            server = subprocess.Popen(["ip", "netns", "exec", netns, *command], stdout=subprocess.PIPE, text=True)
+            servers.append(server)
+            assert server.stdout is not None
+            assert server.stdout.readline().strip() == "ready", command
+        with (workdir / "upstream.log").open("w") as upstream_log:
+            servers.append(subprocess.Popen(
+                ["ip", "netns", "exec", internet, "tinyproxy", "-d", "-c", str(workdir / "upstream.conf")],
+                stdout=upstream_log, stderr=subprocess.STDOUT, text=True,
+            ))  # fmt: skip
+        node.kubectl("-n", "default", "create", "configmap", "origin-ca",
+                     f"--from-file=ca-certificates.crt={workdir / 'ca.crt'}")  # fmt: skip
+        yield node
+    finally:
+        for server in servers:
+            server.send_signal(signal.SIGTERM)
+        for server in servers:
+            try:
+                server.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+        subprocess.run(["ip", "netns", "del", internet], capture_output=True)
+        shutil.rmtree(etc, ignore_errors=True)
+        down = subprocess.run(["bash", str(ROOT / "scripts/cluster"), "down"], capture_output=True, text=True,
+                              env=env, timeout=300)  # fmt: skip
+        assert down.returncode == 0, down.stderr
+
+
+@pytest.fixture(scope="module")
+def example(real: RealNode, engine: Path, engine_venv: Path, tmp_path_factory: pytest.TempPathFactory) -> Project:
+    """The IPv6-only example, `pulumi up` against the real node's cluster (the provider waits for the rollout)."""
+    project = Project(EXAMPLE, tmp_path_factory.mktemp("example"), engine, engine_venv, "real")
+    project.env["KUBECONFIG"] = str(real.kubeconfig)
+    project.init()
+    t0 = time.monotonic()
+    project.up()
+    print(f"realnode: pulumi up of examples/ipv6-only in {time.monotonic() - t0:.1f}s", file=sys.stderr)
+    return project
+
+
+@pytest.fixture(scope="module")
+def client(real: RealNode, example: Project) -> str:
+    """The seed's pod: on the real node, IPv6 only, proxy-config as its whole environment."""
+    for name, command, env_from in (
+        ("client", ["sleep", "86400"], True),
+        ("other", ["/tools/tool", "serve", ":8080", "other-pod"], False),
+    ):
+        pod = _pod(name, real.node, real.tool.parent, command, env_from)
+        real.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(pod))
+    real.kubectl("-n", "default", "wait", "--for=condition=Ready", "pod/client", "pod/other", "--timeout=120s",
+                 timeout=150)  # fmt: skip
+    return "client"
+
+
+def _pod_ip(real: RealNode, name: str) -> str:
+    ips = [i["ip"] for i in real.get("pod", name, "-n", "default")["status"]["podIPs"]]
+    assert len(ips) == 1, f"{name}: expected one address, got {ips}"
+    assert ":" in ips[0], f"{name}: expected an IPv6 address, got {ips}"
+    return str(ips[0])
+
+
+def _tinyproxy_pid(real: RealNode) -> int:
+    """The tinyproxy process of the proxy pod on the node (a process of the node's cgroup tree)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+            cgroup = (proc / "cgroup").read_text()
+        except OSError:
+            continue
+        if cmdline[0] == b"tinyproxy" and f"/{real.netns}/" in cgroup:
+            pids.append(int(proc.name))
+    assert len(pids) == 1, pids
+    return pids[0]
+
+
+def test_the_daemonset_is_ready_on_the_real_node_by_the_kubelets_own_probes(real: RealNode, example: Project) -> None:
+    node = real.get("node", real.node)
+    assert "kwok.x-k8s.io/node" not in node["metadata"].get("annotations", {}), "kwok leaves this node alone"
+    assert node["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://1.6")
+    ds = real.get("daemonset", "http-proxy", "-n", "kube-system")
+    assert ds["status"]["desiredNumberScheduled"] == ds["status"]["numberReady"] == 1
+    template = ds["spec"]["template"]["spec"]
+    assert [c["image"] for c in template["initContainers"] + template["containers"]] == [DEFAULT_IMAGE] * 2
+    pod = real.proxy_pod()
+    assert pod["spec"]["nodeName"] == real.node
+    assert [(c["name"], c["ready"], c["restartCount"]) for c in pod["status"]["containerStatuses"]] == [
+        ("tinyproxy", True, 0)
+    ]
+    assert pod["status"]["initContainerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
+    # The readiness probe reached tinyproxy: its stats page request is in the container's log, which the API
+    # server fetched from the kubelet on the node's address.
+    logs = real.kubectl("-n", "kube-system", "logs", pod["metadata"]["name"], "-c", "tinyproxy")
+    assert "proxy-component.invalid" in logs or "stathost" in logs.lower(), logs[-2000:]
+
+
+def test_the_init_containers_nft_table_is_loaded_in_the_nodes_network_namespace(
+    real: RealNode, example: Project
+) -> None:
+    # With the image's own nft (the tinyproxy container's root, the node's network): Debian 12's nft 1.0.6 segfaults
+    # on the named sets nft 1.1.3 made.
+    pid = _tinyproxy_pid(real)
+    table = run("nsenter", "-t", str(pid), "-n", "-r", "nft", "list", "table", "inet", "proxy-component").stdout
+    assert "chain tinyproxy-egress" in table
+    assert "meta skuid 61888" in table
+    resolvers = re.search(r"set resolvers6 \{[^}]*elements = \{ ([^}]*) \}", table)
+    assert resolvers is not None, table
+    assert resolvers.group(1).strip() == NODE6, table
+    assert "proxy-component" not in run("nft", "list", "tables").stdout, "nothing on the host itself"
+
+
+def test_tinyproxy_runs_as_the_configured_uid_read_only_without_capabilities(real: RealNode, example: Project) -> None:
+    pid = _tinyproxy_pid(real)
+    status = dict(
+        line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":\t" in line
+    )
+    assert status["Uid"].split() == ["61888"] * 4
+    assert status["Gid"].split() == ["61888"] * 4
+    for caps in ("CapInh", "CapPrm", "CapEff", "CapAmb"):
+        assert int(status[caps], 16) == 0, (caps, status[caps])
+    assert status["NoNewPrivs"].strip() == "1"
+    assert status["Seccomp"].strip() == "2"
+    root = [line.split() for line in Path(f"/proc/{pid}/mountinfo").read_text().splitlines()
+            if line.split()[4] == "/"]  # fmt: skip
+    assert len(root) >= 1, root
+    assert "ro" in root[-1][5].split(","), root
+    conf = Path(f"/proc/{pid}/root/etc/tinyproxy/tinyproxy.conf").stat()
+    assert (oct(conf.st_mode & 0o777), conf.st_uid, conf.st_gid) == ("0o444", 0, 61888)
+    # exec through the API server reaches the container on the node too
+    pod = real.proxy_pod()["metadata"]["name"]
+    assert real.kubectl("-n", "kube-system", "exec", pod, "-c", "tinyproxy", "--", "id", "-u").strip() == "61888"
+
+
+def test_the_ipv6_only_pod_reaches_the_ipv4_only_origin_only_through_the_proxy(real: RealNode, client: str) -> None:
+    env = real.get("pod", client, "-n", "default")["spec"]["containers"][0]
+    assert "env" not in env
+    assert env["envFrom"] == [{"configMapRef": {"name": "proxy-config"}}]
+    ip = _pod_ip(real, client)
+    assert ip.startswith("fd00:10:244:")
+    routes = real.kubectl("exec", client, "--", "cat", "/proc/net/route").strip().splitlines()
+    assert routes[1:] == [], f"the pod has no IPv4 route: {routes}"
+    answers = real.fetch(client, "http://origin.example/plain", "https://origin.example/tunnel")
+    assert answers == {
+        "http://origin.example/plain": f"ok 200 origin saw /plain from {NODE_ON_INTERNET}",
+        "https://origin.example/tunnel": f"ok 200 origin-tls saw /tunnel from {NODE_ON_INTERNET}",
+    }
+    unproxied = ("-u", "HTTP_PROXY", "-u", "http_proxy", "-u", "HTTPS_PROXY", "-u", "https_proxy")
+    direct = real.fetch(client, "http://origin.example/plain", "https://origin.example/tunnel", env=unproxied)
+    for url, answer in direct.items():
+        assert answer.startswith("error "), (url, answer)
+        assert "unreachable" in answer, (url, answer)
+
+
+def test_no_proxy_destinations_go_direct(real: RealNode, client: str) -> None:
+    ip = _pod_ip(real, client)
+    other = _pod_ip(real, "other")
+    answers = real.fetch(client, f"http://[{other}]:8080/direct", f"http://[{NODE6}]:8081/direct")
+    assert answers == {
+        f"http://[{other}]:8080/direct": f"ok 200 other-pod saw /direct from {ip}",
+        f"http://[{NODE6}]:8081/direct": f"ok 200 node saw /direct from {ip}",
+    }
+
+
+def test_through_the_proxy_the_node_metadata_other_pods_and_the_api_server_are_refused(
+    real: RealNode, client: str
+) -> None:
+    other = _pod_ip(real, "other")
+    node4 = next(a["address"] for a in real.get("node", real.node)["status"]["addresses"]
+                 if a["type"] == "InternalIP" and "." in a["address"])  # fmt: skip
+    api = real.get("service", "kubernetes", "-n", "default")["spec"]["clusterIP"]
+    urls = [
+        f"http://{node4}:8081/", f"http://[{NODE6}]:8081/", "http://localhost.:8081/", f"http://{NODE_ON_INTERNET}:8081/",
+        "http://169.254.169.254/latest/meta-data/", "http://metadata.google.internal/",
+        f"http://[{other}]:8080/", f"http://{api}:443/", "http://[fd00:10:96::1]:443/",
+    ]  # fmt: skip
+    everything_proxied = ("NO_PROXY=", "no_proxy=")
+    answers = real.fetch(client, *urls, env=everything_proxied)
+    for url in urls:
+        status = answers[url].split()[:2]
+        assert status[0] == "ok", (url, answers[url])
+        assert status[1] in ("403", "500"), (url, answers[url])
+        assert " saw " not in answers[url], (url, answers[url])
+    # The same pod, the same proxy: an origin on the internet still answers.
+    assert real.fetch(client, "http://origin.example/", env=everything_proxied) == {
+        "http://origin.example/": f"ok 200 origin saw / from {NODE_ON_INTERNET}"
+    }
+
+
+def test_check_probe_runs_on_the_real_node_with_the_projects_image(real: RealNode, example: Project) -> None:
+    t0 = time.monotonic()
+    result = run(sys.executable, "-m", "proxy_component.cli", "check", str(EXAMPLE / "proxy.yaml"), "--kubeconfig",
+                 str(real.kubeconfig), "--json", "--probe", "http://origin.example/", "http://169.254.169.254/",
+                 check=False, timeout=300, cwd=ROOT)  # fmt: skip
+    print(f"realnode: check --probe in {time.monotonic() - t0:.1f}s", file=sys.stderr)
+    assert result.returncode == 1, result.stderr  # one probe fails, as it should
+    probes = {f["url"]: f for f in json.loads(result.stdout) if f["kind"] == "probe"}
+    assert probes.keys() == {"http://origin.example/", "http://169.254.169.254/"}, result.stdout
+    ok, refused = probes["http://origin.example/"], probes["http://169.254.169.254/"]
+    assert (ok["node"], ok["outcome"], ok["severity"]) == (real.node, "ok", "ok"), ok
+    assert "200" in ok["detail"], ok
+    assert (refused["node"], refused["outcome"]) == (real.node, "filtered"), refused
+    left = real.get("pods", "-n", "kube-system", "-l", "app.kubernetes.io/component=check-probe")["items"]
+    assert left == []
+
+
+def _settings(**deployment: Any) -> dict[str, Any]:
+    settings: dict[str, Any] = yaml.safe_load((EXAMPLE / "proxy.yaml").read_text())
+    settings["deployment"].update(deployment)
+    return settings
+
+
+def test_a_tinyproxy_conf_change_rolls_the_daemonset_and_the_outage_is_measured(
+    real: RealNode, example: Project, client: str
+) -> None:
+    before = real.proxy_pod()
+    (example.dir / "proxy.yaml").write_text(yaml.safe_dump(_settings(maxClients=512), sort_keys=False))
+    load = subprocess.Popen(
+        ["kubectl", "--kubeconfig", str(real.kubeconfig), "exec", client, "--", "/tools/tool", "load",
+         "http://origin.example/load", "90", "20"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    time.sleep(5)
+    t0 = time.monotonic()
+    example.up()
+    rolled = time.monotonic() - t0
+    out, err = load.communicate(timeout=180)
+    figures = json.loads(out.strip().splitlines()[-1])
+    failures = figures["failures"] or []
+    after = real.proxy_pod()
+    assert after["metadata"]["uid"] != before["metadata"]["uid"], "the DaemonSet replaced its pod"
+    digest = "proxy-component/config-digest"
+    assert after["metadata"]["annotations"][digest] != before["metadata"]["annotations"][digest]
+    conf = real.get("configmap", "http-proxy-config", "-n", "kube-system")["data"]["tinyproxy.conf"]
+    assert "MaxClients 512" in conf
+    print(
+        f"realnode: roll under a 20 req/s client: {figures['failed']} of {figures['sent']} requests failed, "
+        f"longest time without an answer {figures['longestGapMs']} ms; pulumi up took {rolled:.1f}s; "
+        f"failures from {failures[0]['offsetMs'] if failures else '-'} to {failures[-1]['offsetMs'] if failures else '-'} ms "
+        f"after the client started, of these kinds: {sorted({f['error'].split(': ')[-1] for f in failures})}",
+        file=sys.stderr,
+    )
+    assert figures["sent"] == 1800, (figures, err)
+    assert figures["ok"] + figures["failed"] == 1800, (figures, err)
+    assert figures["ok"] > 0
+    # The client keeps working afterwards.
+    assert real.fetch(client, "http://origin.example/after") == {
+        "http://origin.example/after": f"ok 200 origin saw /after from {NODE_ON_INTERNET}"
+    }
+
+
+def test_chained_to_an_upstream_with_credentials_from_the_secret(real: RealNode, example: Project, client: str) -> None:
+    settings = _settings()
+    settings["proxy"]["upstream"] = {"url": f"http://{UPSTREAM_USER}:{UPSTREAM_PASSWORD}@upstream.example:3128"}
+    (example.dir / "proxy.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
+    example.up()
+    pod = real.proxy_pod()
+    assert pod["status"]["containerStatuses"][0]["ready"], pod["status"]
+    configmaps = real.kubectl("get", "configmaps", "-A", "-o", "yaml")
+    assert UPSTREAM_PASSWORD not in configmaps
+    secrets = [v for v in pod["spec"]["volumes"] if "secret" in v or "projected" in v]
+    assert secrets, pod["spec"]["volumes"]
+    answers = real.fetch(client, "http://origin.example/chained", "https://origin.example/chained")
+    # The upstream, in the origin's own namespace, connects from the origin's address.
+    assert answers == {
+        "http://origin.example/chained": f"ok 200 origin saw /chained from {ORIGIN}",
+        "https://origin.example/chained": f"ok 200 origin-tls saw /chained from {ORIGIN}",
+    }
+    upstream_log = (real.workdir / "upstream.log").read_text()
+    assert "origin.example" in upstream_log
