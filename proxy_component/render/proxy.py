@@ -41,7 +41,7 @@ CONFIG_KEY = "tinyproxy.conf"
 FILTER_KEY = "filter"
 FIREWALL_KEY = "nftables.conf"
 FIREWALL_TABLE = "proxy-component"
-RESOLVER_SETS = {4: "resolvers4", 6: "resolvers6"}
+FIREWALL_CHAIN = "tinyproxy-egress"
 CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
 
 
@@ -144,7 +144,7 @@ def firewall_rules(settings: Settings, network: NetworkValues | None = None) -> 
     ranges (with `network`'s). The kernel judges the address actually
     connected to, so neither a spelling nor a DNS name gets around it. Before
     those it accepts exactly two things: TCP port 53 of the resolvers in the
-    pod's resolv.conf (sets the init container fills, see `firewall_command`),
+    pod's resolv.conf (rules the init container inserts, see `firewall_command`),
     so answers too large for UDP still arrive, and the upstream proxy's address
     and port when the URL gives an address. Other processes on the node are
     untouched. Loading the file replaces the table whole, so a restart or a new
@@ -161,12 +161,11 @@ def firewall_rules(settings: Settings, network: NetworkValues | None = None) -> 
         f"table inet {FIREWALL_TABLE}",
         f"delete table inet {FIREWALL_TABLE}",
         f"table inet {FIREWALL_TABLE} {{",
-        "  # The nameservers of the pod's resolv.conf, the ones tinyproxy asks: filled in when the table is loaded.",
-        *(f"  set {RESOLVER_SETS[v]} {{ type ipv{v}_addr; }}" for v in (4, 6)),
-        "  chain tinyproxy-egress {",
+        f"  chain {FIREWALL_CHAIN} {{",
         "    type filter hook output priority filter; policy accept;",
-        "    # DNS over TCP to those resolvers, for answers too large for UDP.",
-        *(f"    {uid} {keywords[v]} daddr @{RESOLVER_SETS[v]} tcp dport 53 counter accept" for v in (4, 6)),
+        "    # DNS over TCP to the nameservers of the pod's resolv.conf (the ones tinyproxy asks), for answers too",
+        "    # large for UDP: one rule each, inserted first when the table is loaded (no named set: an nft older than",
+        "    # the one that made it, e.g. kube-proxy's, crashes listing a ruleset that holds one).",
     ]
     upstream = settings.proxy.upstream
     address = upstream.address if upstream is not None else None
@@ -199,11 +198,11 @@ def firewall_command(settings: Settings) -> list[str]:
 
     With `dnsPolicy: Default` the pod's /etc/resolv.conf is the node's, the
     file tinyproxy reads: each `nameserver` (an IPv4 or IPv6 address, any zone
-    dropped) goes into the resolver sets. Shell built-ins only, so an image
+    dropped) gets its rule, inserted first. Shell built-ins only, so an image
     with nft and a POSIX /bin/sh is enough.
     """
     path = f"{settings.deployment.config_dir}/{FIREWALL_KEY}"
-    add = f"add element inet {FIREWALL_TABLE}"
+    insert = f"insert rule inet {FIREWALL_TABLE} {FIREWALL_CHAIN} meta skuid {settings.deployment.run_as_user}"
     script = "\n".join(
         [
             "set -eu",
@@ -214,8 +213,8 @@ def firewall_command(settings: Settings) -> list[str]:
             '    value="${value%%%*}"',
             '    case "$value" in',
             '      ""|*[!0-9A-Fa-f:.]*) ;;',
-            f'      *:*) echo "{add} {RESOLVER_SETS[6]} {{ $value }}" ;;',
-            f'      *) echo "{add} {RESOLVER_SETS[4]} {{ $value }}" ;;',
+            f'      *:*) echo "{insert} ip6 daddr $value tcp dport 53 counter accept" ;;',
+            f'      *) echo "{insert} ip daddr $value tcp dport 53 counter accept" ;;',
             "    esac",
             "  done < /etc/resolv.conf",
             "} | nft -f -",

@@ -300,7 +300,8 @@ def test_the_probe_pods_script_with_the_images_busybox_through_the_images_tinypr
 
 def test_the_firewall_init_script_loads_the_rendered_table_with_the_images_nft(amd64: Built, tmp_path: Path) -> None:
     """The init container's command, as rendered, in a network namespace of its own, as root: the table is loaded
-    and the resolver sets hold the pod's nameservers (an IPv6 one with its zone dropped)."""
+    with a rule for each of the pod's nameservers (an IPv6 one with its zone dropped) before the rejects, and
+    Debian 12's nft 1.0.6 (the host's, as a node's kube-proxy has it) lists the ruleset without crashing."""
     settings = _settings([])
     conf = _conf_dir(
         tmp_path,
@@ -311,14 +312,45 @@ def test_the_firewall_init_script_loads_the_rendered_table_with_the_images_nft(a
     )
     command = firewall_command(settings)
     assert command[:2] == ["/bin/sh", "-c"]
-    listing = (
-        f"{command[2]}\nnft list set inet {FIREWALL_TABLE} resolvers4; nft list set inet {FIREWALL_TABLE} resolvers6"
-    )
+    listing = f"{command[2]}\nnft list table inet {FIREWALL_TABLE}"
     binds = {"/etc/tinyproxy": conf, "/etc/resolv.conf": conf / "resolv.conf"}
     done = _run(amd64, ["/bin/sh", "-c", listing], user="0:0", binds=binds, net=True)
     assert done.returncode == 0, done.stderr
-    assert "elements = { 10.96.0.10 }" in done.stdout
-    assert "elements = { fd00:10::a }" in done.stdout
+    rules = [line.strip() for line in done.stdout.splitlines() if "meta skuid" in line]
+    assert rules[0].startswith("meta skuid 61888 ip6 daddr fd00:10::a tcp dport 53 counter"), rules
+    assert rules[1].startswith("meta skuid 61888 ip daddr 10.96.0.10 tcp dport 53 counter"), rules
+    verdicts = [rule.rsplit(" ", 1)[-1] if rule.endswith("accept") else "reject" for rule in rules]
+    assert verdicts == sorted(verdicts), "\n".join(rules)  # every accept before the first reject
+    assert "set " not in done.stdout
+
+
+def test_the_hosts_older_nft_lists_the_table_the_images_nft_loaded(amd64: Built, tmp_path: Path) -> None:
+    """A node's kube-proxy lists the ruleset with its own nft, older than the image's: Debian 12's 1.0.6 segfaulted
+    on the named sets nft 1.1.3 had made (the resolvers', before they became rules). Loaded by the init container's
+    command with the image's nft into a network namespace of the test's own, listed there with the host's nft."""
+    settings = _settings([])
+    conf = _conf_dir(
+        tmp_path,
+        {"nftables.conf": firewall_rules(settings), "resolv.conf": "nameserver 10.96.0.10\nnameserver fd00:10::a\n"},
+    )
+    binds = {"/etc/tinyproxy": conf, "/etc/resolv.conf": conf / "resolv.conf"}
+    host_nft = subprocess.run(["nft", "--version"], capture_output=True, text=True, check=True).stdout
+    assert host_nft.startswith("nftables v1.0."), host_nft
+    name = f"pc-image-nft-{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        env = {"R": str(amd64.root), "PATH": IMAGE_PATH}
+        load = subprocess.run(
+            ["ip", "netns", "exec", name, *in_image(amd64, firewall_command(settings), user="0:0", binds=binds)],
+            env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert load.returncode == 0, load.stderr
+        listed = subprocess.run(["ip", "netns", "exec", name, "nft", "list", "ruleset"], capture_output=True, text=True)
+        assert listed.returncode == 0, (listed.returncode, listed.stderr)
+        assert "meta skuid 61888 ip daddr 10.96.0.10 tcp dport 53" in listed.stdout
+        assert "meta skuid 61888 ip6 daddr fd00:10::a tcp dport 53" in listed.stdout
+    finally:
+        subprocess.run(["ip", "netns", "delete", name], check=False)
 
 
 def test_the_arm64_programs_run_under_qemu_user(arm64: Built) -> None:
