@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..settings import Settings, SettingsError
+from .admission import admission_params, admission_policy, admission_policy_binding
 from .capi import (
     TKG_ADDONS,
     cluster_values_secret,
@@ -150,6 +151,17 @@ def plan(settings: Settings, inputs: PlanInputs) -> list[Planned]:
         planned.append(Planned(f"proxy-trust/{namespace}", f"-proxy-trust-{namespace}", obj))
     if settings.injection.kyverno:
         planned.append(Planned("kyverno-policy", "-kyverno-policy", cluster_policy(settings, inputs.values)))
+    if settings.injection.admission:
+        planned += [
+            Planned("admission-params", "-admission-params", admission_params(settings, inputs.values)),
+            Planned("admission-policy", "-admission-policy", admission_policy(settings, inputs.values)),
+            Planned(
+                "admission-binding",
+                "-admission-binding",
+                admission_policy_binding(settings),
+                depends_on=("admission-params", "admission-policy"),
+            ),
+        ]
     if settings.injection.trust_manager:
         planned.append(Planned("trust-manager-bundle", "-trust-manager-bundle", trust_manager_bundle(settings)))
     for spec in settings.helm_values_secrets:
