@@ -49,12 +49,17 @@ def _ca() -> str:
     return make_ca("Injection Table CA").cert_pem
 
 
-def profile_settings(name: str) -> Settings:
-    raw = copy.deepcopy(_raw()["profiles"][name])
+def profile_raw(name: str) -> Obj:
+    """A profile's settings as a user writes them (the generated CA in place)."""
+    raw: Obj = copy.deepcopy(_raw()["profiles"][name])
     upstream = raw.get("proxy", {}).get("upstream", {})
     if upstream.get("trustedCa") == "GENERATED":
         upstream["trustedCa"] = _ca()
-    return parse_settings(raw)
+    return raw
+
+
+def profile_settings(name: str) -> Settings:
+    return parse_settings(profile_raw(name))
 
 
 def profiles() -> list[str]:

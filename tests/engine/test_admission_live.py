@@ -1,0 +1,291 @@
+"""Injection by the API server itself, against the test cluster's real kube-apiserver (scripts/cluster, v1.36.3,
+with kwok's kube-controller-manager): the MutatingAdmissionPolicy of `render --format admission` applied with
+kubectl, then every case of the shared table (tests/fixtures/injection-cases.yaml) created as a Pod with kubectl,
+and some as a Deployment (its Pods made by the real ReplicaSet controller) and a Job (by the Job controller); each
+comes out of admission exactly as the stack transform renders it, env by env and mount by mount, order included.
+Then under the real engine (pytest -m engine): `pulumi up` applies the policy, binding and parameter ConfigMap, and
+a NO_PROXY change updates the ConfigMap only, which the next Pods get.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from proxy_component.render.admission import PARAMS_NAME, POLICY_NAME
+from proxy_component.settings import Settings
+from proxy_component.transform import proxy_env_transform
+from proxy_component.render import plain_values
+from tests.injection_cases import Case, cases, injected_parts, namespaces, profile_raw, profile_settings, profiles, transformed
+
+from .conftest import ROOT, changes
+
+NODES = 1
+
+
+class Cluster:
+    def __init__(self, kubeconfig: Path, workdir: Path) -> None:
+        self.kubeconfig = kubeconfig
+        self.workdir = workdir
+
+    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            ["kubectl", "--kubeconfig", str(self.kubeconfig), *args],
+            input=stdin, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert not check or result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
+        return result
+
+    def get(self, *args: str) -> Any:
+        return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
+
+    def apply(self, objects: list[dict[str, Any]]) -> None:
+        self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(objects))
+
+    def render_admission(self, raw: dict[str, Any], name: str) -> str:
+        path = self.workdir / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(raw))
+        result = subprocess.run(
+            [sys.executable, "-m", "proxy_component.cli", "render", str(path), "--format", "admission"],
+            capture_output=True, text=True, timeout=120, cwd=ROOT,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+
+def _wait(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting: {what}"
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    workdir = tmp_path_factory.mktemp("admission")
+    env = {**os.environ, "PROXY_COMPONENT_CLUSTER": f"pc-admission-{os.getpid()}", "KWOK_WORKDIR": str(workdir / "kwok")}
+    up = subprocess.run(["bash", str(ROOT / "scripts/cluster"), "up", str(NODES)], capture_output=True, text=True,
+                        env=env, timeout=3000)  # fmt: skip
+    if up.returncode != 0:
+        pytest.fail(f"scripts/cluster up failed: {up.stderr}")
+    try:
+        live = Cluster(Path(up.stdout.strip().splitlines()[-1]), workdir)
+        for namespace in namespaces():
+            if namespace != "kube-system":
+                live.kubectl("create", "namespace", namespace)
+        yield live
+    finally:
+        subprocess.run(["bash", str(ROOT / "scripts/cluster"), "down"], env=env, capture_output=True, timeout=300)
+
+
+def _probe_pod(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "team-a"},
+        "spec": {"automountServiceAccountToken": False, "containers": [{"name": "app", "image": "app"}]},
+    }
+
+
+def _admitted_env(cluster: Cluster) -> list[dict[str, Any]]:
+    """A Pod's env as admission makes it now, without creating it (server-side dry run runs admission)."""
+    out = cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", stdin=json.dumps(_probe_pod("probe")))
+    env: list[dict[str, Any]] = json.loads(out.stdout)["spec"]["containers"][0].get("env") or []
+    return env
+
+
+def _in_force(cluster: Cluster, settings: Settings) -> None:
+    """Wait until the API server admits Pods with the policy of `settings` (its informers follow within moments)."""
+    wanted = transformed(settings, _probe_pod("probe"))["spec"]["containers"][0]["env"]
+    _wait(lambda: _admitted_env(cluster) == wanted, "the admission policy in force", timeout=90)
+
+
+def _apply_profile(cluster: Cluster, name: str) -> Settings:
+    settings = profile_settings(name)
+    cluster.kubectl("apply", "-f", "-", stdin=cluster.render_admission(profile_raw(name), name))
+    _in_force(cluster, settings)
+    return settings
+
+
+def _delete_pods(cluster: Cluster) -> None:
+    for namespace in namespaces():
+        cluster.kubectl("delete", "pods,deployments,jobs", "-n", namespace, "-l", "table=injection", "--wait=false")
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("profile", profiles())
+def test_every_case_of_the_table_comes_out_of_admission_as_the_transform_renders_it(
+    cluster: Cluster, profile: str
+) -> None:
+    settings = _apply_profile(cluster, profile)
+    assert cluster.get("mutatingadmissionpolicy", POLICY_NAME)["apiVersion"] == "admissionregistration.k8s.io/v1"
+    compared = untouched = 0
+    for case in cases():
+        pod = case.pod(f"{profile}-{case.name}")
+        pod["metadata"]["labels"] = {"table": "injection"}
+        cluster.kubectl("create", "-f", "-", stdin=json.dumps(pod))
+        admitted = cluster.get("pod", pod["metadata"]["name"], "-n", case.namespace)
+        expected = transformed(settings, pod)
+        assert injected_parts(admitted["spec"]) == injected_parts(expected["spec"]), (profile, case.name)
+        compared += 1
+        untouched += expected == pod
+    _delete_pods(cluster)
+    assert compared == len(cases())
+    # The table holds Pods left alone (opted out, excluded namespaces, kube-system; with credentials, namespaces
+    # without the proxy-config Secret) and Pods changed: both sides of each rule were exercised.
+    assert 3 <= untouched < compared, untouched
+
+
+def _workload(case: Case, kind: str, name: str) -> dict[str, Any]:
+    pod = case.pod(name)
+    template: dict[str, Any] = {"metadata": {"labels": {"app": name, "table": "injection"}}, "spec": pod["spec"]}
+    if case.annotations:
+        template["metadata"]["annotations"] = dict(case.annotations)
+    metadata = {"name": name, "namespace": case.namespace, "labels": {"table": "injection"}}
+    if kind == "Deployment":
+        spec: dict[str, Any] = {"replicas": 2, "selector": {"matchLabels": {"app": name}}, "template": template}
+        return {"apiVersion": "apps/v1", "kind": kind, "metadata": metadata, "spec": spec}
+    template["spec"]["restartPolicy"] = "Never"
+    return {"apiVersion": "batch/v1", "kind": kind, "metadata": metadata, "spec": {"template": template}}
+
+
+def _template_by_transform(settings: Settings, workload: dict[str, Any]) -> dict[str, Any]:
+    """The workload's pod spec as the stack transform renders the workload (not a Pod): what the controller's Pods
+    must carry."""
+    import pulumi
+
+    group_version = workload["apiVersion"]
+    transform = proxy_env_transform(settings, plain_values(settings))
+    args = pulumi.ResourceTransformArgs(
+        custom=True, type_=f"kubernetes:{group_version}:{workload['kind']}", name="x",
+        props=copy.deepcopy(workload), opts=pulumi.ResourceOptions(),
+    )  # fmt: skip
+    result = transform(args)
+    props = workload if result is None else result.props
+    spec: dict[str, Any] = props["spec"]["template"]["spec"]
+    return spec
+
+
+@pytest.mark.cluster
+def test_pods_of_a_deployment_and_a_job_made_by_the_real_controllers_get_what_the_transform_gives(
+    cluster: Cluster,
+) -> None:
+    settings = _apply_profile(cluster, "trust")
+    by_name = {case.name: case for case in cases()}
+    runs = [
+        ("Deployment", by_name["each-container-its-own"], "web"),
+        ("Deployment", by_name["runtimes-node-python"], "py-web"),
+        ("Job", by_name["init-containers"], "setup-job"),
+        ("Job", by_name["trust-opt-outs"], "trust-job"),
+    ]
+    for kind, case, name in runs:
+        workload = _workload(case, kind, name)
+        cluster.apply([workload])
+        expected = injected_parts(_template_by_transform(settings, workload))
+        count = 2 if kind == "Deployment" else 1
+
+        def made(namespace: str = case.namespace, app: str = name, n: int = count) -> bool:
+            return len(cluster.get("pods", "-n", namespace, "-l", f"app={app}")["items"]) == n
+
+        _wait(made, f"the {kind} controller's Pods of {name}")
+        pods = cluster.get("pods", "-n", case.namespace, "-l", f"app={name}")["items"]
+        for pod in pods:
+            owner = pod["metadata"]["ownerReferences"][0]["kind"]
+            assert owner == ("ReplicaSet" if kind == "Deployment" else "Job"), owner
+            assert injected_parts(pod["spec"]) == expected, (kind, name, pod["metadata"]["name"])
+        # The workload itself stays as written: admission mutates Pods, never their templates.
+        stored = cluster.get(kind.lower(), name, "-n", case.namespace)["spec"]["template"]["spec"]
+        assert injected_parts(stored) == injected_parts(workload["spec"]["template"]["spec"])
+    _delete_pods(cluster)
+
+
+@pytest.mark.cluster
+def test_no_pod_is_admitted_without_the_parameters(cluster: Cluster) -> None:
+    """parameterNotFoundAction: Deny: a Pod that would start without the proxy is refused, naming the ConfigMap."""
+    _apply_profile(cluster, "trust")
+    cluster.kubectl("delete", "configmap", PARAMS_NAME, "-n", "kube-system")
+    try:
+
+        def refused() -> bool:
+            result = cluster.kubectl(
+                "create", "--dry-run=server", "-f", "-", stdin=json.dumps(_probe_pod("denied")), check=False
+            )
+            return result.returncode != 0 and PARAMS_NAME in result.stderr
+
+        _wait(refused, "Pod creation refused without the parameter ConfigMap")
+        kube_system = _probe_pod("system")
+        kube_system["metadata"]["namespace"] = "kube-system"
+        cluster.kubectl("create", "--dry-run=server", "-f", "-", stdin=json.dumps(kube_system))
+    finally:
+        _apply_profile(cluster, "trust")
+
+
+# --- under the real engine -------------------------------------------------------------------------------------
+
+ENGINE_SETTINGS: dict[str, Any] = {
+    "cluster": {"podCidrs": ["10.244.0.0/16"], "serviceCidrs": ["10.96.0.0/12"]},
+    "namespaces": ["team-a"],
+    "injection": {"admission": True},
+    "runtimes": {"namespaces": {"team-java": ["java"]}},
+}
+
+
+@pytest.mark.engine
+@pytest.mark.cluster
+def test_pulumi_up_applies_the_policy_and_a_no_proxy_change_updates_only_the_parameters(
+    project_factory: Any, cluster: Cluster
+) -> None:
+    ns = "proxy-component"
+    for kind in ("mutatingadmissionpolicybinding", "mutatingadmissionpolicy"):
+        cluster.kubectl("delete", kind, POLICY_NAME, "--ignore-not-found")
+    cluster.kubectl("delete", "configmap", PARAMS_NAME, "-n", "kube-system", "--ignore-not-found")
+    project = project_factory(".", "admission", "admission")
+    (project.dir / "Pulumi.dev.yaml").unlink()
+    project.init()
+    project.config(f"{ns}:kubeconfig", str(cluster.kubeconfig))
+    for key, value in ENGINE_SETTINGS.items():
+        project.config(f"{ns}:{key}", value)
+    project.up()
+
+    policy = cluster.get("mutatingadmissionpolicy", POLICY_NAME)
+    binding = cluster.get("mutatingadmissionpolicybinding", POLICY_NAME)
+    assert binding["spec"]["paramRef"]["name"] == PARAMS_NAME
+    params = cluster.get("configmap", PARAMS_NAME, "-n", "kube-system")["data"]
+    settings = profile_like(ENGINE_SETTINGS)
+    _in_force(cluster, settings)
+    env = {e["name"]: e["value"] for e in _admitted_env(cluster)}
+    assert env["NO_PROXY"] == params["NO_PROXY"] == project.outputs()["noProxy"]
+
+    project.config(f"{ns}:proxy", {"noProxy": [".corp.example"]})
+    preview = changes(project.preview_json())
+    assert preview == {"update": sorted(["admission-admission-params", "admission-proxy-config-team-a"])} or (
+        set(preview) == {"update"}
+    ), preview
+    assert "replace" not in preview and "create-replacement" not in preview and "delete" not in preview, preview
+    assert "admission-admission-policy" not in preview["update"], "the CEL is unchanged: only the values move"
+    project.up()
+    changed = profile_like({**ENGINE_SETTINGS, "proxy": {"noProxy": [".corp.example"]}})
+    _in_force(cluster, changed)
+    env = {e["name"]: e["value"] for e in _admitted_env(cluster)}
+    assert env["NO_PROXY"].endswith(",.corp.example"), env["NO_PROXY"]
+    assert cluster.get("mutatingadmissionpolicy", POLICY_NAME)["metadata"]["generation"] == policy["metadata"][
+        "generation"
+    ]
+    project.run("destroy", "--yes", "--skip-preview")
+    assert cluster.kubectl("get", "mutatingadmissionpolicy", POLICY_NAME, check=False).returncode != 0
+
+
+def profile_like(raw: dict[str, Any]) -> Settings:
+    from proxy_component.settings import parse_settings
+
+    return parse_settings(copy.deepcopy(raw))
