@@ -19,7 +19,7 @@ from .render import capi_manifests, capi_patches, manifests, plain_values
 from .render.helm import PROFILES, RENAMED, UnknownProfileError, profile_values, values_yaml
 from .render.kustomize import kustomization
 from .render.admission import admission_objects
-from .render.kyverno import cluster_policy
+from .render.kyverno import kyverno_objects
 from .render.trust import unreached
 from .settings import (
     Runtime,
@@ -94,7 +94,7 @@ def _objects(settings: Settings, args: argparse.Namespace) -> list[dict[str, Any
     if fmt == "capi-patches":
         return capi_patches(settings)
     if fmt == "kyverno":
-        return [cluster_policy(settings, plain_values(settings))]
+        return kyverno_objects(settings, plain_values(settings))
     if fmt == "admission":
         return admission_objects(settings, plain_values(settings))
     if fmt == "check-rbac":

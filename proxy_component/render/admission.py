@@ -26,6 +26,7 @@ CREATE) are not matched.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ..settings import ADMISSION_GA_MINOR, Settings
@@ -41,7 +42,10 @@ __all__ = [
     "admission_params",
     "admission_policy",
     "admission_policy_binding",
+    "cel_literal",
     "excluded_namespaces",
+    "pod_mutation",
+    "values_data",
 ]
 
 Obj = dict[str, Any]
@@ -51,6 +55,7 @@ PARAMS_NAME = "proxy-component-admission"
 JAVA_TRUSTED = "JDK_JAVA_OPTIONS_TRUSTED"  # the params key of JDK_JAVA_OPTIONS for a container with the trust group
 NAMESPACE_LABEL = "kubernetes.io/metadata.name"
 FIELDS = ("containers", "initContainers")
+POD_CREATE: Obj = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}
 
 
 def admission_api_version(settings: Settings) -> str:
@@ -66,16 +71,16 @@ def excluded_namespaces(settings: Settings) -> list[str]:
     return sorted({*settings.injection.exclude_namespaces, *own})
 
 
-def _cel(value: Any) -> str:
+def cel_literal(value: Any) -> str:
     """A CEL literal of a string, a bool, or a list or map of them, strings in single quotes."""
     if isinstance(value, str):
         return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, list):
-        return "[" + ", ".join(_cel(v) for v in value) + "]"
+        return "[" + ", ".join(cel_literal(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{_cel(k)}: {_cel(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{cel_literal(k)}: {cel_literal(v)}" for k, v in value.items()) + "}"
     raise TypeError(f"no CEL literal for {value!r}")
 
 
@@ -86,6 +91,20 @@ def _java_rendered(values: ProxyValues) -> bool:
 def admission_params(settings: Settings, values: ProxyValues) -> Obj:
     """The parameter ConfigMap: the values that follow the network, read by the policy at admission (no credential:
     with credentials the URLs are `secretKeyRef`s, and the ConfigMap holds none)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": PARAMS_NAME,
+            "namespace": settings.deployment.namespace,
+            "labels": {"app.kubernetes.io/part-of": "proxy-component", "app.kubernetes.io/component": "admission"},
+        },
+        "data": values_data(settings, values),
+    }
+
+
+def values_data(settings: Settings, values: ProxyValues) -> Obj:
+    """The parameters by key: the proxy URLs (none with credentials), both NO_PROXY renderings, JDK_JAVA_OPTIONS."""
     data: Obj = {}
     if not settings.has_credentials:
         data["HTTP_PROXY"] = values.http_proxy
@@ -96,16 +115,7 @@ def admission_params(settings: Settings, values: ProxyValues) -> Obj:
         data[JDK_JAVA_OPTIONS] = values.java_options
         if values.java_trust_options is not None:
             data[JAVA_TRUSTED] = values.java_trust_options
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": PARAMS_NAME,
-            "namespace": settings.deployment.namespace,
-            "labels": {"app.kubernetes.io/part-of": "proxy-component", "app.kubernetes.io/component": "admission"},
-        },
-        "data": data,
-    }
+    return data
 
 
 def _has(path: str) -> str:
@@ -117,10 +127,10 @@ def _has(path: str) -> str:
 def _selection(settings: Settings) -> str:
     r = settings.runtimes
     annotations = "object.metadata.annotations"
-    key = _cel(r.annotation)
+    key = cel_literal(r.annotation)
     per_namespace = {ns: list(runtimes) for ns, runtimes in r.namespaces.items()}
-    default = _cel(sorted(r.cluster_wide))
-    fallback = f"request.namespace in {_cel(per_namespace)} ? {_cel(per_namespace)}[request.namespace] : {default}"
+    default = cel_literal(sorted(r.cluster_wide))
+    fallback = f"request.namespace in {cel_literal(per_namespace)} ? {cel_literal(per_namespace)}[request.namespace] : {default}"
     if not per_namespace:
         fallback = default
     return (
@@ -129,8 +139,16 @@ def _selection(settings: Settings) -> str:
     )
 
 
-def _entries(settings: Settings, values: ProxyValues, java_key: str) -> str:
-    """The env a container gets for its Pod's selection (`variables.selected`), as `env_pairs` orders it."""
+Value = Callable[[str], str]  # a key of the parameters -> the CEL that gives its value
+
+
+def _params(key: str) -> str:
+    return f"params.data[{cel_literal(key)}]"
+
+
+def _entries(settings: Settings, values: ProxyValues, java_key: str, value: Value) -> str:
+    """The env a container gets for its Pod's selection (`variables.selected`), as `env_pairs` orders it; `value`
+    spells a parameter's value (read from `params`, or a literal)."""
     spelled = dict(zip(ENV_NAMES[4:], zip(*(NO_PROXY_SPELLINGS[p] for p in (False, True)), strict=True), strict=True))
     keys = {"full": "NO_PROXY", "python": NO_PROXY_PYTHON}
     items = []
@@ -139,31 +157,31 @@ def _entries(settings: Settings, values: ProxyValues, java_key: str) -> str:
             upper = name.upper()
             if settings.has_credentials:
                 ref = {"secretKeyRef": {"name": CONFIG_NAME, "key": name}}
-                items.append(f"{{'name': {_cel(name)}, 'valueFrom': {_cel(ref)}}}")
+                items.append(f"{{'name': {cel_literal(name)}, 'valueFrom': {cel_literal(ref)}}}")
             else:
-                items.append(f"{{'name': {_cel(name)}, 'value': params.data[{_cel(upper)}]}}")
+                items.append(f"{{'name': {cel_literal(name)}, 'value': {value(upper)}}}")
         else:
             without, with_python = (keys[r] for r in spelled[name])
-            value = (
-                f"params.data[{_cel(without)}]"
+            spelled_value = (
+                value(without)
                 if without == with_python
-                else f"(variables.python ? params.data[{_cel(with_python)}] : params.data[{_cel(without)}])"
+                else f"(variables.python ? {value(with_python)} : {value(without)})"
             )
-            items.append(f"{{'name': {_cel(name)}, 'value': {value}}}")
+            items.append(f"{{'name': {cel_literal(name)}, 'value': {spelled_value}}}")
     out = f"[{', '.join(items)}]"
-    out += f" + ('node' in variables.selected ? [{{'name': {_cel(NODE_USE_ENV_PROXY)}, 'value': '1'}}] : [])"
+    out += f" + ('node' in variables.selected ? [{{'name': {cel_literal(NODE_USE_ENV_PROXY)}, 'value': '1'}}] : [])"
     if _java_rendered(values):
-        java = f"[{{'name': {_cel(JDK_JAVA_OPTIONS)}, 'value': params.data[{_cel(java_key)}]}}]"
+        java = f"[{{'name': {cel_literal(JDK_JAVA_OPTIONS)}, 'value': {value(java_key)}}}]"
         out += f" + ('java' in variables.selected ? {java} : [])"
     return out
 
 
 def _sets_proxy_names(c: str) -> str:
     config = " || ".join(
-        f"({_has(f's.{ref}.name')} && s.{ref}.name == {_cel(CONFIG_NAME)})" for ref in ("configMapRef", "secretRef")
+        f"({_has(f's.{ref}.name')} && s.{ref}.name == {cel_literal(CONFIG_NAME)})" for ref in ("configMapRef", "secretRef")
     )
     return (
-        f"(({_has(f'{c}.env')} && {c}.env.exists(e, e.name in {_cel(list(ENV_NAMES))})) || "
+        f"(({_has(f'{c}.env')} && {c}.env.exists(e, e.name in {cel_literal(list(ENV_NAMES))})) || "
         f"({_has(f'{c}.envFrom')} && {c}.envFrom.exists(s, {config})))"
     )
 
@@ -171,9 +189,9 @@ def _sets_proxy_names(c: str) -> str:
 def _receives_trust(c: str) -> str:
     mount = f"^{MOUNT_PATH}/*$"
     return (
-        f"(variables.trust && !({_has(f'{c}.env')} && {c}.env.exists(e, e.name in {_cel(list(TRUST_NAMES))})) && "
-        f"!({_has(f'{c}.volumeMounts')} && {c}.volumeMounts.exists(m, m.name == {_cel(BUNDLE_NAME)} || "
-        f"m.mountPath.matches({_cel(mount)}))))"
+        f"(variables.trust && !({_has(f'{c}.env')} && {c}.env.exists(e, e.name in {cel_literal(list(TRUST_NAMES))})) && "
+        f"!({_has(f'{c}.volumeMounts')} && {c}.volumeMounts.exists(m, m.name == {cel_literal(BUNDLE_NAME)} || "
+        f"m.mountPath.matches({cel_literal(mount)}))))"
     )
 
 
@@ -182,7 +200,7 @@ def _added(c: str, trust: bool) -> str:
     entries = f"({_receives_trust(c)} ? variables.trustedEntries : variables.entries)" if trust else "variables.entries"
     unset = f"{entries}.filter(x, !({_has(f'{c}.env')} && {c}.env.exists(e, e.name == x.name)))"
     added = f"({_sets_proxy_names(c)} ? [] : {unset})"
-    return f"{added} + ({_receives_trust(c)} ? {_cel(trust_env_vars())} : [])" if trust else added
+    return f"{added} + ({_receives_trust(c)} ? {cel_literal(trust_env_vars())} : [])" if trust else added
 
 
 def _patches(field: str, trust: bool) -> str:
@@ -196,7 +214,7 @@ def _patches(field: str, trust: bool) -> str:
         f"path: {path} + '/env', value: ({_has(f'{c}.env')} ? {c}.env : []) + {_added(c, trust)}}})"
     )
     if trust:
-        mount = _cel(trust_volume_mount())
+        mount = cel_literal(trust_volume_mount())
         patches += (
             f" + object.spec.{field}.filter({c}, {_receives_trust(c)}).map({c}, {_has(f'{c}.volumeMounts')} ? "
             f"JSONPatch{{op: 'add', path: {path} + '/volumeMounts/-', value: {mount}}} : "
@@ -207,8 +225,8 @@ def _patches(field: str, trust: bool) -> str:
 
 def _volume_patch() -> str:
     receives = " || ".join(f"(has(object.spec.{f}) && object.spec.{f}.exists(c, {_receives_trust('c')}))" for f in FIELDS)
-    volume = _cel(trust_volume())
-    present = f"has(object.spec.volumes) && object.spec.volumes.exists(v, v.name == {_cel(BUNDLE_NAME)})"
+    volume = cel_literal(trust_volume())
+    present = f"has(object.spec.volumes) && object.spec.volumes.exists(v, v.name == {cel_literal(BUNDLE_NAME)})"
     return (
         f"(({receives}) && !({present}) ? [has(object.spec.volumes) ? "
         f"JSONPatch{{op: 'add', path: '/spec/volumes/-', value: {volume}}} : "
@@ -216,18 +234,24 @@ def _volume_patch() -> str:
     )
 
 
-def _trust(settings: Settings) -> str:
+def _trust(settings: Settings, cloned: bool) -> str:
     other = (
-        f"has(object.spec.volumes) && object.spec.volumes.exists(v, v.name == {_cel(BUNDLE_NAME)} && "
-        f"!({_has('v.configMap.name')} && v.configMap.name == {_cel(BUNDLE_NAME)}))"
+        f"has(object.spec.volumes) && object.spec.volumes.exists(v, v.name == {cel_literal(BUNDLE_NAME)} && "
+        f"!({_has('v.configMap.name')} && v.configMap.name == {cel_literal(BUNDLE_NAME)}))"
     )
-    return f"request.namespace in {_cel(trust_namespaces(settings))} && !({other})"
+    if cloned:
+        return f"!({other})"
+    return f"request.namespace in {cel_literal(trust_namespaces(settings))} && !({other})"
 
 
-def admission_policy(settings: Settings, values: ProxyValues) -> Obj:
-    """The MutatingAdmissionPolicy; `values` decide only which variables exist (their values are the params')."""
+def pod_mutation(
+    settings: Settings, values: ProxyValues, value: Value = _params, cloned: bool = False
+) -> tuple[list[Obj], list[Obj], str]:
+    """The match conditions, variables and JSON-patch expression of the Pod mutation, shared by the
+    MutatingAdmissionPolicy (`value` reads `params`) and Kyverno's MutatingPolicy (literals). `cloned`: Kyverno's
+    GeneratingPolicy clones `proxy-config` and `proxy-trust` into every namespace, so every namespace has them."""
     injection = settings.injection
-    key = _cel(injection.opt_out_annotation)
+    key = cel_literal(injection.opt_out_annotation)
     conditions = [
         {
             "name": "not-opted-out",
@@ -235,37 +259,39 @@ def admission_policy(settings: Settings, values: ProxyValues) -> Obj:
             f"object.metadata.annotations[{key}] == 'false')",
         }
     ]
-    if settings.has_credentials:
+    if settings.has_credentials and not cloned:
         conditions.append(
             {
                 "name": "has-proxy-config-secret",
-                "expression": f"request.namespace in {_cel(settings.proxy_config_namespaces)}",
+                "expression": f"request.namespace in {cel_literal(settings.proxy_config_namespaces)}",
             }
         )
     variables = [
         {"name": "selected", "expression": _selection(settings)},
         {"name": "python", "expression": "'python' in variables.selected"},
-        {"name": "entries", "expression": _entries(settings, values, JDK_JAVA_OPTIONS)},
+        {"name": "entries", "expression": _entries(settings, values, JDK_JAVA_OPTIONS, value)},
     ]
-    if settings.trusted_ca is not None:
+    trust = settings.trusted_ca is not None
+    if trust:
         java = JAVA_TRUSTED if values.java_trust_options is not None else JDK_JAVA_OPTIONS
         variables += [
-            {"name": "trustedEntries", "expression": _entries(settings, values, java)},
-            {"name": "trust", "expression": _trust(settings)},
+            {"name": "trustedEntries", "expression": _entries(settings, values, java, value)},
+            {"name": "trust", "expression": _trust(settings, cloned)},
         ]
-    trust = settings.trusted_ca is not None
     patches = "\n+ ".join([*(_patches(f, trust) for f in FIELDS), *([_volume_patch()] if trust else [])])
+    return conditions, variables, patches
+
+
+def admission_policy(settings: Settings, values: ProxyValues) -> Obj:
+    """The MutatingAdmissionPolicy; `values` decide only which variables exist (their values are the params')."""
+    conditions, variables, patches = pod_mutation(settings, values)
     return {
         "apiVersion": admission_api_version(settings),
         "kind": "MutatingAdmissionPolicy",
         "metadata": {"name": POLICY_NAME, "labels": {"app.kubernetes.io/part-of": "proxy-component"}},
         "spec": {
             "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
-            "matchConstraints": {
-                "resourceRules": [
-                    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}
-                ]
-            },
+            "matchConstraints": {"resourceRules": [POD_CREATE]},
             "matchConditions": conditions,
             "variables": variables,
             "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": patches}}],

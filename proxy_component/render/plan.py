@@ -26,7 +26,7 @@ from .capi import (
 )
 from .env import ProxyValues, proxy_config_object
 from .helm import check_values_secrets, profile_values, values_secret, values_secret_name, values_yaml
-from .kyverno import cluster_policy
+from .kyverno import CLONE_CONFIG_NAME, CLONE_TRUST_NAME, cluster_policy, generating_policies, mutating_policy
 from .proxy import config_object, daemonset, service
 from .trust import trust_bundle_object, trust_manager_bundle, trust_namespaces
 
@@ -149,8 +149,15 @@ def plan(settings: Settings, inputs: PlanInputs) -> list[Planned]:
     for namespace in trust_namespaces(settings):
         obj = trust_bundle_object(settings, namespace)
         planned.append(Planned(f"proxy-trust/{namespace}", f"-proxy-trust-{namespace}", obj))
-    if settings.injection.kyverno:
+    if settings.injection.kyverno and settings.injection.kyverno_policy == "ClusterPolicy":
         planned.append(Planned("kyverno-policy", "-kyverno-policy", cluster_policy(settings, inputs.values)))
+    elif settings.injection.kyverno:
+        keys = {CLONE_CONFIG_NAME: "kyverno-clone-proxy-config", CLONE_TRUST_NAME: "kyverno-clone-proxy-trust"}
+        for obj in generating_policies(settings):
+            key = keys[obj["metadata"]["name"]]
+            planned.append(Planned(key, f"-{key}", obj))
+        mutating = mutating_policy(settings, inputs.values, inputs.text)
+        planned.append(Planned("kyverno-mutating-policy", "-kyverno-mutating-policy", mutating))
     if settings.injection.admission:
         planned += [
             Planned("admission-params", "-admission-params", admission_params(settings, inputs.values)),
