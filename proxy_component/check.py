@@ -46,6 +46,7 @@ from .probe import (
     wait_until,
 )
 from .render import plain_values
+from .render.admission import admission_api_version
 from .render.env import (
     CONFIG_NAME,
     ENV_NAMES,
@@ -54,7 +55,6 @@ from .render.env import (
     proxy_config_object,
     reads_proxy_config,
 )
-from .render.admission import admission_api_version
 from .render.proxy import APP_LABEL, CONTROL_PLANE_LABEL, NO_DAEMONSET_LABELS
 from .render.runtimes import python_no_proxy
 from .render.trust import BUNDLE_NAME, trust_bundle_object, trust_namespaces
@@ -182,8 +182,7 @@ def injection_apis(settings: Settings) -> list[InjectionApi]:
     if injection.admission:
         version = admission_api_version(settings)
         needs = (
-            "Kubernetes 1.34 or 1.35 with the MutatingAdmissionPolicy feature gate and "
-            f"--runtime-config={version}=true"
+            f"Kubernetes 1.34 or 1.35 with the MutatingAdmissionPolicy feature gate and --runtime-config={version}=true"
             if version.endswith("v1beta1")
             else "Kubernetes 1.36 or later, or cluster.kubernetesVersion naming an older cluster's version"
         )

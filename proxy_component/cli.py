@@ -16,9 +16,9 @@ import yaml
 
 from .noproxy import NoProxyError
 from .render import capi_manifests, capi_patches, manifests, plain_values
+from .render.admission import admission_objects
 from .render.helm import PROFILES, RENAMED, UnknownProfileError, profile_values, values_yaml
 from .render.kustomize import kustomization
-from .render.admission import admission_objects
 from .render.kyverno import kyverno_objects
 from .render.trust import unreached
 from .settings import (

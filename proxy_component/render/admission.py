@@ -32,7 +32,15 @@ from typing import Any
 from ..settings import ADMISSION_GA_MINOR, Settings
 from .env import CONFIG_NAME, ENV_NAMES, NO_PROXY_SPELLINGS, URL_NAMES, ProxyValues, env_pairs
 from .runtimes import JDK_JAVA_OPTIONS, NO_PROXY_PYTHON, NODE_USE_ENV_PROXY
-from .trust import BUNDLE_NAME, MOUNT_PATH, TRUST_NAMES, trust_env_vars, trust_namespaces, trust_volume, trust_volume_mount
+from .trust import (
+    BUNDLE_NAME,
+    MOUNT_PATH,
+    TRUST_NAMES,
+    trust_env_vars,
+    trust_namespaces,
+    trust_volume,
+    trust_volume_mount,
+)
 
 __all__ = [
     "PARAMS_NAME",
@@ -178,7 +186,8 @@ def _entries(settings: Settings, values: ProxyValues, java_key: str, value: Valu
 
 def _sets_proxy_names(c: str) -> str:
     config = " || ".join(
-        f"({_has(f's.{ref}.name')} && s.{ref}.name == {cel_literal(CONFIG_NAME)})" for ref in ("configMapRef", "secretRef")
+        f"({_has(f's.{ref}.name')} && s.{ref}.name == {cel_literal(CONFIG_NAME)})"
+        for ref in ("configMapRef", "secretRef")
     )
     return (
         f"(({_has(f'{c}.env')} && {c}.env.exists(e, e.name in {cel_literal(list(ENV_NAMES))})) || "
@@ -224,7 +233,9 @@ def _patches(field: str, trust: bool) -> str:
 
 
 def _volume_patch() -> str:
-    receives = " || ".join(f"(has(object.spec.{f}) && object.spec.{f}.exists(c, {_receives_trust('c')}))" for f in FIELDS)
+    receives = " || ".join(
+        f"(has(object.spec.{f}) && object.spec.{f}.exists(c, {_receives_trust('c')}))" for f in FIELDS
+    )
     volume = cel_literal(trust_volume())
     present = f"has(object.spec.volumes) && object.spec.volumes.exists(v, v.name == {cel_literal(BUNDLE_NAME)})"
     return (

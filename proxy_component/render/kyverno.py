@@ -38,9 +38,8 @@ from __future__ import annotations
 
 import functools
 import json
-from typing import Any
-
 from collections.abc import Callable
+from typing import Any
 
 from ..settings import RUNTIMES, Runtime, Settings
 from .admission import POD_CREATE, cel_literal, excluded_namespaces, pod_mutation, values_data
@@ -91,12 +90,12 @@ def mutating_policy(settings: Settings, values: ProxyValues, text: Text = _call)
     variables = [
         {"name": v["name"], "expression": text(functools.partial(expression, i), values)} for i, v in enumerate(shape)
     ]
-    constraints: Obj = {"resourceRules": [POD_CREATE]}
     excluded = excluded_namespaces(settings)
-    if excluded:
-        constraints["namespaceSelector"] = {
-            "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": excluded}]
-        }
+    if excluded:  # a condition, not a namespaceSelector: Kyverno's own CLI and controllers read it the same way
+        conditions = [
+            {"name": "not-excluded", "expression": f"!(request.namespace in {cel_literal(excluded)})"},
+            *conditions,
+        ]
     return {
         "apiVersion": POLICIES_API,
         "kind": "MutatingPolicy",
@@ -107,7 +106,7 @@ def mutating_policy(settings: Settings, values: ProxyValues, text: Text = _call)
             "and the runtime variables its Pod selects, outside the excluded namespaces and unless the Pod opts out.",
         ),
         "spec": {
-            "matchConstraints": constraints,
+            "matchConstraints": {"resourceRules": [POD_CREATE]},
             "matchConditions": conditions,
             "variables": variables,
             "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": patches}}],
@@ -176,6 +175,7 @@ def kyverno_objects(settings: Settings, values: ProxyValues, text: Text = _call)
     if settings.injection.kyverno_policy == "ClusterPolicy":
         return [cluster_policy(settings, values)]
     return [*generating_policies(settings), mutating_policy(settings, values, text)]
+
 
 _LISTS = (
     ("containers", "Pod", True),

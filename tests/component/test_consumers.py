@@ -173,9 +173,10 @@ def test_capi_uses_the_upstream_for_nodes_and_the_service_for_pods(mocked: Harne
     policy = registered["egress-kyverno-mutating-policy"]
     assert policy.typ == "kubernetes:policies.kyverno.io/v1:MutatingPolicy"
     assert [v["name"] for v in policy.inputs["spec"]["variables"]] == ["selected", "python", "entries"]
-    assert "'value': 'http://http-proxy.kube-system.svc.cluster.local:8888'" in policy.inputs["spec"]["variables"][2][
-        "expression"
-    ], "Kyverno has no paramKind: the values are literals in the CEL"
+    assert (
+        "'value': 'http://http-proxy.kube-system.svc.cluster.local:8888'"
+        in policy.inputs["spec"]["variables"][2]["expression"]
+    ), "Kyverno has no paramKind: the values are literals in the CEL"
     assert not any(name.startswith("egress-kyverno-clone") for name in registered), "no credentials, no trusted CA"
 
 
@@ -191,9 +192,10 @@ def test_with_credentials_the_mutating_policy_reads_the_cloned_secret_and_carrie
     )
     policy = registered["egress-kyverno-mutating-policy"]
     assert PASSWORD not in repr(policy.inputs)
-    assert "'valueFrom': {'secretKeyRef': {'name': 'proxy-config', 'key': 'HTTP_PROXY'}}" in policy.inputs["spec"][
-        "variables"
-    ][2]["expression"]
+    assert (
+        "'valueFrom': {'secretKeyRef': {'name': 'proxy-config', 'key': 'HTTP_PROXY'}}"
+        in policy.inputs["spec"]["variables"][2]["expression"]
+    )
 
 
 def test_an_unknown_helm_profile_is_refused_before_anything_is_created(mocked: Harness) -> None:

@@ -106,19 +106,23 @@ def test_with_credentials_the_parameters_hold_no_url_and_only_namespaces_with_th
     )
     objects = admission_objects(settings, plain_values(settings))
     text = yaml.safe_dump_all(objects)
-    assert "hunter2" not in text and "proxy.corp" not in text
+    assert "hunter2" not in text
+    assert "proxy.corp" not in text
     params, policy, _ = objects
     assert set(params["data"]) == {"NO_PROXY", "NO_PROXY_PYTHON"}
     assert policy["spec"]["matchConditions"][1] == {
         "name": "has-proxy-config-secret",
         "expression": "request.namespace in ['apps']",
     }
-    assert "'secretKeyRef': {'name': 'proxy-config', 'key': 'HTTPS_PROXY'}" in policy["spec"]["variables"][2]["expression"]
+    assert (
+        "'secretKeyRef': {'name': 'proxy-config', 'key': 'HTTPS_PROXY'}" in policy["spec"]["variables"][2]["expression"]
+    )
 
 
 def test_the_binding_leaves_out_the_excluded_namespaces_and_the_proxys_own() -> None:
     settings = _settings(
-        deployment={"namespace": "egress"}, injection={"admission": True, "excludeNamespaces": ["legacy", "kube-system"]}
+        deployment={"namespace": "egress"},
+        injection={"admission": True, "excludeNamespaces": ["legacy", "kube-system"]},
     )
     binding = admission_policy_binding(settings)
     assert binding["spec"] == {
@@ -127,7 +131,11 @@ def test_the_binding_leaves_out_the_excluded_namespaces_and_the_proxys_own() -> 
         "matchResources": {
             "namespaceSelector": {
                 "matchExpressions": [
-                    {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["egress", "kube-system", "legacy"]}
+                    {
+                        "key": "kubernetes.io/metadata.name",
+                        "operator": "NotIn",
+                        "values": ["egress", "kube-system", "legacy"],
+                    }
                 ]
             }
         },
