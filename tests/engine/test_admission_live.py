@@ -41,6 +41,16 @@ from tests.injection_cases import (
 from .conftest import ROOT, changes
 
 NODES = 1
+# The v1beta1 API of 1.34 and 1.35 is still served by 1.36 when enabled: the rendering for those clusters is applied
+# to this API server too (kube-apiserver 1.36 enables the MutatingAdmissionPolicy admission plugin and v1 by default).
+KWOKCTL = """\
+apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokctlConfiguration
+componentsPatches:
+- name: kube-apiserver
+  extraArgs:
+  - {key: runtime-config, value: admissionregistration.k8s.io/v1beta1=true}
+"""
 
 
 class Cluster:
@@ -124,9 +134,12 @@ def _in_force(cluster: Cluster, settings: Settings) -> None:
     _wait(lambda: _admitted_env(cluster) == wanted, "the admission policy in force", timeout=90)
 
 
-def _apply_profile(cluster: Cluster, name: str) -> Settings:
+def _apply_profile(cluster: Cluster, name: str, kubernetes_version: str | None = None) -> Settings:
+    raw = profile_raw(name)
+    if kubernetes_version is not None:
+        raw["cluster"] = {**raw["cluster"], "kubernetesVersion": kubernetes_version}
     settings = profile_settings(name)
-    cluster.kubectl("apply", "-f", "-", stdin=cluster.render_admission(profile_raw(name), name))
+    cluster.kubectl("apply", "-f", "-", stdin=cluster.render_admission(raw, f"{name}-{kubernetes_version}"))
     _in_force(cluster, settings)
     return settings
 
@@ -137,15 +150,25 @@ def _delete_pods(cluster: Cluster) -> None:
 
 
 @pytest.mark.cluster
-@pytest.mark.parametrize("profile", profiles())
+@pytest.mark.parametrize(("profile", "version"), [*((p, None) for p in profiles()), ("trust", "1.35")])
 def test_every_case_of_the_table_comes_out_of_admission_as_the_transform_renders_it(
-    cluster: Cluster, profile: str
+    cluster: Cluster, profile: str, version: str | None
 ) -> None:
-    settings = _apply_profile(cluster, profile)
-    assert cluster.get("mutatingadmissionpolicy", POLICY_NAME)["apiVersion"] == "admissionregistration.k8s.io/v1"
+    """Each profile with the v1 policy; the trust profile also as rendered for a 1.35 cluster (v1beta1)."""
+    settings = _apply_profile(cluster, profile, version)
+    rendered = cluster.render_admission(profile_raw(profile), "rendered")
+    expected_api = "admissionregistration.k8s.io/v1beta1" if version else "admissionregistration.k8s.io/v1"
+    if version:
+        raw = {**profile_raw(profile)}
+        raw["cluster"] = {**raw["cluster"], "kubernetesVersion": version}
+        rendered = cluster.render_admission(raw, "rendered")
+    assert [d["apiVersion"] for d in yaml.safe_load_all(rendered)][1:] == [expected_api, expected_api]
+    served = cluster.get(f"mutatingadmissionpolicies.{expected_api.split('/')[1]}.admissionregistration.k8s.io",
+                         POLICY_NAME)  # fmt: skip
+    assert served["apiVersion"] == expected_api
     compared = untouched = 0
     for case in cases():
-        pod = case.pod(f"{profile}-{case.name}")
+        pod = case.pod(f"{profile}-{version or 'v1'}-{case.name}")
         pod["metadata"]["labels"] = {"table": "injection"}
         cluster.kubectl("create", "-f", "-", stdin=json.dumps(pod))
         admitted = cluster.get("pod", pod["metadata"]["name"], "-n", case.namespace)

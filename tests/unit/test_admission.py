@@ -184,3 +184,58 @@ def test_without_a_trusted_ca_the_policy_has_no_trust_part() -> None:
     policy = admission_policy(settings, plain_values(settings))
     assert [v["name"] for v in policy["spec"]["variables"]] == ["selected", "python", "entries"]
     assert "proxy-trust" not in yaml.safe_dump(policy)
+
+
+class _Discovery:
+    """An ApiClient's `call_api` for GET /apis/<group/version>: the resources each served group/version holds."""
+
+    def __init__(self, served: dict[str, list[str]]) -> None:
+        self.served = served
+        self.asked: list[str] = []
+
+    def call_api(self, path: str, method: str, **_: Any) -> dict[str, Any]:
+        assert method == "GET"
+        self.asked.append(path)
+        group_version = path.removeprefix("/apis/")
+        if group_version not in self.served:
+            raise _NotFound
+        return {"resources": [{"name": name} for name in self.served[group_version]]}
+
+
+class _NotFound(Exception):
+    status = 404
+
+
+@pytest.mark.parametrize(
+    ("injection", "served", "missing"),
+    [
+        ({"admission": True}, {"admissionregistration.k8s.io/v1": ["mutatingadmissionpolicies",
+                                                                  "mutatingadmissionpolicybindings"]}, []),
+        ({"admission": True}, {"admissionregistration.k8s.io/v1": ["mutatingwebhookconfigurations"]},
+         ["admissionregistration.k8s.io/v1/mutatingadmissionpolicies",
+          "admissionregistration.k8s.io/v1/mutatingadmissionpolicybindings"]),
+        ({"kyverno": True}, {"kyverno.io/v1": ["clusterpolicies"]},
+         ["policies.kyverno.io/v1/mutatingpolicies", "policies.kyverno.io/v1/generatingpolicies"]),
+        ({"kyverno": True, "kyvernoPolicy": "ClusterPolicy"}, {"kyverno.io/v1": ["clusterpolicies"]}, []),
+        ({"kyverno": True, "kyvernoPolicy": "ClusterPolicy"}, {}, ["kyverno.io/v1/clusterpolicies"]),
+        ({}, {}, []),
+    ],
+)  # fmt: skip
+def test_check_names_the_injection_api_the_api_server_does_not_serve(
+    injection: dict[str, Any], served: dict[str, list[str]], missing: list[str]
+) -> None:
+    from proxy_component.check import Cluster, _injection_apis
+
+    settings = _settings(injection=injection)
+    discovery = _Discovery(served)
+    findings = list(_injection_apis(settings, Cluster(clients={"discovery": discovery}, server="https://127.0.0.1")))
+    assert [f.object for f in findings] == [f"API {m}" for m in missing]
+    assert all(f.kind == "injection-api-missing" and f.severity == "error" for f in findings)
+    if injection.get("admission") and missing:
+        assert findings[0].message == (
+            "injection.admission: the API server does not serve admissionregistration.k8s.io/v1 "
+            "mutatingadmissionpolicies, so no Pod gets the proxy env from it (expected Kubernetes 1.36 or later, or "
+            "cluster.kubernetesVersion naming an older cluster's version)"
+        )
+    assert len(discovery.asked) == len(set(discovery.asked)), "one discovery request per group/version"
+    assert bool(discovery.asked) == bool(injection), "no injection chosen, nothing asked"
