@@ -198,11 +198,11 @@ class _Discovery:
         self.asked.append(path)
         group_version = path.removeprefix("/apis/")
         if group_version not in self.served:
-            raise _NotFound
+            raise _NotFoundError
         return {"resources": [{"name": name} for name in self.served[group_version]]}
 
 
-class _NotFound(Exception):
+class _NotFoundError(Exception):
     status = 404
 
 
