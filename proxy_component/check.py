@@ -198,7 +198,7 @@ def injection_apis(settings: Settings) -> list[InjectionApi]:
                         "injection.kyvernoPolicy",
                         "policies.kyverno.io/v1",
                         resource,
-                        "Kyverno 1.17 or later (or injection.kyvernoPolicy: ClusterPolicy for an older Kyverno)",
+                        "Kyverno 1.17 or later, or injection.kyvernoPolicy: ClusterPolicy for an older Kyverno",
                     )
                 )
     return out
