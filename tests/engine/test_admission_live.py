@@ -83,6 +83,22 @@ class Cluster:
         return result.stdout
 
 
+def kyverno_crd(kind: str, plural: str) -> dict[str, Any]:
+    """Kyverno's policies.kyverno.io/v1 CRD of `kind`, its schema from tests/fixtures/crds (Kyverno v1.19.1's)."""
+    schema = yaml.safe_load((ROOT / f"tests/fixtures/crds/kyverno-{kind.lower()}-v1.yaml").read_text())
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.policies.kyverno.io"},
+        "spec": {
+            "group": "policies.kyverno.io",
+            "scope": "Cluster",
+            "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"},
+            "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": schema}}],
+        },
+    }
+
+
 def _wait(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -107,6 +123,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         for namespace in namespaces():
             if namespace != "kube-system":
                 live.kubectl("create", "namespace", namespace)
+        crds = [
+            kyverno_crd("MutatingPolicy", "mutatingpolicies"),
+            kyverno_crd("GeneratingPolicy", "generatingpolicies"),
+        ]
+        live.apply(crds)
+        for crd in crds:
+            live.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{crd['metadata']['name']}")
         yield live
     finally:
         subprocess.run(["bash", str(ROOT / "scripts/cluster"), "down"], env=env, capture_output=True, timeout=300)
@@ -267,10 +290,12 @@ def test_no_pod_is_admitted_without_the_parameters(cluster: Cluster) -> None:
 
 # --- under the real engine -------------------------------------------------------------------------------------
 
+# Kyverno's MutatingPolicy beside the admission policy: no Kyverno runs here, but the API server checks the policy
+# against Kyverno's own CRD schema (its CEL validations included) and stores it.
 ENGINE_SETTINGS: dict[str, Any] = {
     "cluster": {"podCidrs": ["10.244.0.0/16"], "serviceCidrs": ["10.96.0.0/12"]},
     "namespaces": ["team-a"],
-    "injection": {"admission": True},
+    "injection": {"admission": True, "kyverno": True},
     "runtimes": {"namespaces": {"team-java": ["java"]}},
 }
 
@@ -293,6 +318,7 @@ def test_pulumi_up_applies_the_policy_and_a_no_proxy_change_updates_only_the_par
     project.up()
 
     policy = cluster.get("mutatingadmissionpolicy", POLICY_NAME)
+    assert cluster.get("mutatingpolicies.policies.kyverno.io", POLICY_NAME)["spec"]["failurePolicy"] == "Ignore"
     binding = cluster.get("mutatingadmissionpolicybinding", POLICY_NAME)
     assert binding["spec"]["paramRef"]["name"] == PARAMS_NAME
     params = cluster.get("configmap", PARAMS_NAME, "-n", "kube-system")["data"]
@@ -304,7 +330,10 @@ def test_pulumi_up_applies_the_policy_and_a_no_proxy_change_updates_only_the_par
     project.config(f"{ns}:proxy", {"noProxy": [".corp.example"]})
     preview = changes(project.preview_json())
     # NO_PROXY moves the parameters (and team-a's proxy-config): updates only, and the policy and its binding stay.
-    assert preview == {"update": ["admission-admission-params", "admission-proxy-config-team-a"]}, preview
+    # Kyverno's MutatingPolicy carries the values as literals: it is updated too, in place.
+    assert preview == {
+        "update": ["admission-admission-params", "admission-kyverno-mutating-policy", "admission-proxy-config-team-a"]
+    }, preview
     project.up()
     changed = profile_like({**ENGINE_SETTINGS, "proxy": {"noProxy": [".corp.example"]}})
     _in_force(cluster, changed)
