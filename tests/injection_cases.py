@@ -88,13 +88,22 @@ def transformed(settings: Settings, pod: Obj) -> Obj:
     return copy.deepcopy(pod) if result is None else dict(result.props)
 
 
+def _stored(entry: Obj) -> Obj:
+    """An env entry as the API server stores it: an empty `value` is left out (Go's omitempty)."""
+    return {k: v for k, v in entry.items() if not (k == "value" and v == "")}
+
+
 def injected_parts(pod_spec: Obj) -> Obj:
     """What injection touches, to compare field by field and in order: each container's name, env and volumeMounts
     (by list), and the Pod's volumes as name and ConfigMap name (the API server defaults `defaultMode`)."""
     out: Obj = {}
     for field in FIELDS:
         out[field] = [
-            {"name": c["name"], "env": c.get("env") or [], "volumeMounts": c.get("volumeMounts") or []}
+            {
+                "name": c["name"],
+                "env": [_stored(e) for e in c.get("env") or []],
+                "volumeMounts": c.get("volumeMounts") or [],
+            }
             for c in pod_spec.get(field) or []
         ]
     out["volumes"] = [

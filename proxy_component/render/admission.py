@@ -79,6 +79,12 @@ def excluded_namespaces(settings: Settings) -> list[str]:
     return sorted({*settings.injection.exclude_namespaces, *own})
 
 
+def _cel_map(items: dict[str, str]) -> str:
+    """A CEL map of CEL expressions, each value `dyn`: the API server's CEL wants the values of one map literal to
+    have one type, and an env entry mixes strings and maps."""
+    return "{" + ", ".join(f"{cel_literal(k)}: dyn({v})" for k, v in items.items()) + "}"
+
+
 def cel_literal(value: Any) -> str:
     """A CEL literal of a string, a bool, or a list or map of them, strings in single quotes."""
     if isinstance(value, str):
@@ -88,7 +94,7 @@ def cel_literal(value: Any) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(cel_literal(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{cel_literal(k)}: {cel_literal(v)}" for k, v in value.items()) + "}"
+        return _cel_map({k: cel_literal(v) for k, v in value.items()})
     raise TypeError(f"no CEL literal for {value!r}")
 
 
@@ -165,9 +171,9 @@ def _entries(settings: Settings, values: ProxyValues, java_key: str, value: Valu
             upper = name.upper()
             if settings.has_credentials:
                 ref = {"secretKeyRef": {"name": CONFIG_NAME, "key": name}}
-                items.append(f"{{'name': {cel_literal(name)}, 'valueFrom': {cel_literal(ref)}}}")
+                items.append(_cel_map({"name": cel_literal(name), "valueFrom": cel_literal(ref)}))
             else:
-                items.append(f"{{'name': {cel_literal(name)}, 'value': {value(upper)}}}")
+                items.append(_cel_map({"name": cel_literal(name), "value": value(upper)}))
         else:
             without, with_python = (keys[r] for r in spelled[name])
             spelled_value = (
@@ -175,11 +181,12 @@ def _entries(settings: Settings, values: ProxyValues, java_key: str, value: Valu
                 if without == with_python
                 else f"(variables.python ? {value(with_python)} : {value(without)})"
             )
-            items.append(f"{{'name': {cel_literal(name)}, 'value': {spelled_value}}}")
+            items.append(_cel_map({"name": cel_literal(name), "value": spelled_value}))
     out = f"[{', '.join(items)}]"
-    out += f" + ('node' in variables.selected ? [{{'name': {cel_literal(NODE_USE_ENV_PROXY)}, 'value': '1'}}] : [])"
+    node = _cel_map({"name": cel_literal(NODE_USE_ENV_PROXY), "value": "'1'"})
+    out += f" + ('node' in variables.selected ? [{node}] : [])"
     if _java_rendered(values):
-        java = f"[{{'name': {cel_literal(JDK_JAVA_OPTIONS)}, 'value': {value(java_key)}}}]"
+        java = f"[{_cel_map({'name': cel_literal(JDK_JAVA_OPTIONS), 'value': value(java_key)})}]"
         out += f" + ('java' in variables.selected ? {java} : [])"
     return out
 
@@ -220,7 +227,7 @@ def _patches(field: str, trust: bool) -> str:
     path = f"'/spec/{field}/' + {index}"
     patches = (
         f"object.spec.{field}.filter({c}, size({_added(c, trust)}) > 0).map({c}, JSONPatch{{op: 'add', "
-        f"path: {path} + '/env', value: ({_has(f'{c}.env')} ? {c}.env : []) + {_added(c, trust)}}})"
+        f"path: {path} + '/env', value: dyn({_has(f'{c}.env')} ? {c}.env : []) + {_added(c, trust)}}})"
     )
     if trust:
         mount = cel_literal(trust_volume_mount())

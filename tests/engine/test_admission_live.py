@@ -46,10 +46,8 @@ NODES = 1
 KWOKCTL = """\
 apiVersion: config.kwok.x-k8s.io/v1alpha1
 kind: KwokctlConfiguration
-componentsPatches:
-- name: kube-apiserver
-  extraArgs:
-  - {key: runtime-config, value: admissionregistration.k8s.io/v1beta1=true}
+options:
+  kubeRuntimeConfig: admissionregistration.k8s.io/v1beta1=true
 """
 
 
@@ -60,7 +58,8 @@ class Cluster:
 
     def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(
-            ["kubectl", "--kubeconfig", str(self.kubeconfig), *args],
+            # Its own discovery cache: kubectl's shared one may hold an earlier cluster's on the same port.
+            ["kubectl", "--kubeconfig", str(self.kubeconfig), "--cache-dir", str(self.workdir / "kube-cache"), *args],
             input=stdin, capture_output=True, text=True, timeout=120,
         )  # fmt: skip
         assert not check or result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
@@ -109,10 +108,13 @@ def _wait(condition: Callable[[], bool], what: str, timeout: float = 60) -> None
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     workdir = tmp_path_factory.mktemp("admission")
+    extra = workdir / "kwokctl-extra.yaml"
+    extra.write_text(KWOKCTL)
     env = {
         **os.environ,
         "PROXY_COMPONENT_CLUSTER": f"pc-admission-{os.getpid()}",
         "KWOK_WORKDIR": str(workdir / "kwok"),
+        "PROXY_COMPONENT_CLUSTER_CONFIG": str(extra),
     }
     up = subprocess.run(["bash", str(ROOT / "scripts/cluster"), "up", str(NODES)], capture_output=True, text=True,
                         env=env, timeout=3000)  # fmt: skip
@@ -128,8 +130,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             kyverno_crd("GeneratingPolicy", "generatingpolicies"),
         ]
         live.apply(crds)
-        for crd in crds:
-            live.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{crd['metadata']['name']}")
+        for crd in crds:  # `kubectl wait` fails outright while the CRD has no conditions yet
+
+            def established(name: str = crd["metadata"]["name"]) -> bool:
+                conditions = live.get("crd", name).get("status", {}).get("conditions") or []
+                return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+            _wait(established, f"the CRD {crd['metadata']['name']} established")
         yield live
     finally:
         subprocess.run(["bash", str(ROOT / "scripts/cluster"), "down"], env=env, capture_output=True, timeout=300)
@@ -144,9 +151,14 @@ def _probe_pod(name: str) -> dict[str, Any]:
     }
 
 
-def _admitted_env(cluster: Cluster) -> list[dict[str, Any]]:
-    """A Pod's env as admission makes it now, without creating it (server-side dry run runs admission)."""
-    out = cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", stdin=json.dumps(_probe_pod("probe")))
+def _admitted_env(cluster: Cluster) -> list[dict[str, Any]] | None:
+    """A Pod's env as admission makes it now, without creating it (server-side dry run runs admission); None when
+    admission refuses it (between the updates of the parameters and of the policy, see the README)."""
+    out = cluster.kubectl(
+        "create", "--dry-run=server", "-o", "json", "-f", "-", stdin=json.dumps(_probe_pod("probe")), check=False
+    )
+    if out.returncode != 0:
+        return None
     env: list[dict[str, Any]] = json.loads(out.stdout)["spec"]["containers"][0].get("env") or []
     return env
 
@@ -165,6 +177,20 @@ def _apply_profile(cluster: Cluster, name: str, kubernetes_version: str | None =
     cluster.kubectl("apply", "-f", "-", stdin=cluster.render_admission(raw, f"{name}-{kubernetes_version}"))
     _in_force(cluster, settings)
     return settings
+
+
+def _first_difference(got: Any, wanted: Any, where: str = "") -> str:
+    """Where two parts first differ, and how: the assertion's message."""
+    if isinstance(got, dict) and isinstance(wanted, dict):
+        for key in sorted({*got, *wanted}):
+            if got.get(key) != wanted.get(key):
+                return _first_difference(got.get(key), wanted.get(key), f"{where}.{key}")
+    if isinstance(got, list) and isinstance(wanted, list):
+        for i, (a, b) in enumerate(zip(got, wanted, strict=False)):
+            if a != b:
+                return _first_difference(a, b, f"{where}[{i}]")
+        return f"{where}: {len(got)} items, expected {len(wanted)}: {got[len(wanted) :] or wanted[len(got) :]}"
+    return f"{where}: {got!r}, expected {wanted!r}"
 
 
 def _delete_pods(cluster: Cluster) -> None:
@@ -196,7 +222,8 @@ def test_every_case_of_the_table_comes_out_of_admission_as_the_transform_renders
         cluster.kubectl("create", "-f", "-", stdin=json.dumps(pod))
         admitted = cluster.get("pod", pod["metadata"]["name"], "-n", case.namespace)
         expected = transformed(settings, pod)
-        assert injected_parts(admitted["spec"]) == injected_parts(expected["spec"]), (profile, case.name)
+        got, wanted = injected_parts(admitted["spec"]), injected_parts(expected["spec"])
+        assert got == wanted, (profile, case.name, _first_difference(got, wanted))
         compared += 1
         untouched += expected == pod
     _delete_pods(cluster)
@@ -269,7 +296,7 @@ def test_pods_of_a_deployment_and_a_job_made_by_the_real_controllers_get_what_th
 
 @pytest.mark.cluster
 def test_no_pod_is_admitted_without_the_parameters(cluster: Cluster) -> None:
-    """parameterNotFoundAction: Deny: a Pod that would start without the proxy is refused, naming the ConfigMap."""
+    """parameterNotFoundAction: Deny: a Pod that would start without the proxy is refused, with the reason."""
     _apply_profile(cluster, "trust")
     cluster.kubectl("delete", "configmap", PARAMS_NAME, "-n", "kube-system")
     try:
@@ -278,7 +305,7 @@ def test_no_pod_is_admitted_without_the_parameters(cluster: Cluster) -> None:
             result = cluster.kubectl(
                 "create", "--dry-run=server", "-f", "-", stdin=json.dumps(_probe_pod("denied")), check=False
             )
-            return result.returncode != 0 and PARAMS_NAME in result.stderr
+            return result.returncode != 0 and "no params found for policy binding" in result.stderr
 
         _wait(refused, "Pod creation refused without the parameter ConfigMap")
         kube_system = _probe_pod("system")
@@ -324,7 +351,7 @@ def test_pulumi_up_applies_the_policy_and_a_no_proxy_change_updates_only_the_par
     params = cluster.get("configmap", PARAMS_NAME, "-n", "kube-system")["data"]
     settings = profile_like(ENGINE_SETTINGS)
     _in_force(cluster, settings)
-    env = {e["name"]: e["value"] for e in _admitted_env(cluster)}
+    env = {e["name"]: e["value"] for e in _admitted_env(cluster) or []}
     assert env["NO_PROXY"] == params["NO_PROXY"] == project.outputs()["noProxy"]
 
     project.config(f"{ns}:proxy", {"noProxy": [".corp.example"]})
@@ -337,7 +364,7 @@ def test_pulumi_up_applies_the_policy_and_a_no_proxy_change_updates_only_the_par
     project.up()
     changed = profile_like({**ENGINE_SETTINGS, "proxy": {"noProxy": [".corp.example"]}})
     _in_force(cluster, changed)
-    env = {e["name"]: e["value"] for e in _admitted_env(cluster)}
+    env = {e["name"]: e["value"] for e in _admitted_env(cluster) or []}
     assert env["NO_PROXY"].endswith(",.corp.example"), env["NO_PROXY"]
     assert (
         cluster.get("mutatingadmissionpolicy", POLICY_NAME)["metadata"]["generation"]
