@@ -119,7 +119,7 @@ class RuntimeSettings(TypedDict):
 
 
 class InjectionSettings(TypedDict):
-    """Which workloads get the proxy env from the Kyverno policy and the Pulumi stack transform."""
+    """Which workloads get the proxy env from the admission policy, the Kyverno policies and the stack transform."""
 
     exclude_namespaces: NotRequired[pulumi.Input[Sequence[pulumi.Input[str]]]]
 

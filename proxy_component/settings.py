@@ -785,7 +785,7 @@ ADMISSION_GA_MINOR = 36
 
 
 class InjectionSettings(_Model):
-    """Which workloads get the proxy env from the Kyverno policy and the Pulumi stack transform."""
+    """Which workloads get the proxy env from the admission policy, the Kyverno policies and the stack transform."""
 
     exclude_namespaces: list[DnsLabel] = Field(default_factory=lambda: ["kube-system"])
     opt_out_annotation: Annotated[str, AfterValidator(_annotation_key)] = Field(
