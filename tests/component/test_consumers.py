@@ -174,7 +174,7 @@ def test_capi_uses_the_upstream_for_nodes_and_the_service_for_pods(mocked: Harne
     assert policy.typ == "kubernetes:policies.kyverno.io/v1:MutatingPolicy"
     assert [v["name"] for v in policy.inputs["spec"]["variables"]] == ["selected", "python", "entries"]
     assert (
-        "'value': 'http://http-proxy.kube-system.svc.cluster.local:8888'"
+        "'value': dyn('http://http-proxy.kube-system.svc.cluster.local:8888')"
         in policy.inputs["spec"]["variables"][2]["expression"]
     ), "Kyverno has no paramKind: the values are literals in the CEL"
     assert not any(name.startswith("egress-kyverno-clone") for name in registered), "no credentials, no trusted CA"
@@ -193,7 +193,7 @@ def test_with_credentials_the_mutating_policy_reads_the_cloned_secret_and_carrie
     policy = registered["egress-kyverno-mutating-policy"]
     assert PASSWORD not in repr(policy.inputs)
     assert (
-        "'valueFrom': {'secretKeyRef': {'name': 'proxy-config', 'key': 'HTTP_PROXY'}}"
+        "'valueFrom': dyn({'secretKeyRef': dyn({'name': dyn('proxy-config'), 'key': dyn('HTTP_PROXY')})})"
         in policy.inputs["spec"]["variables"][2]["expression"]
     )
 
