@@ -115,7 +115,8 @@ def test_with_credentials_the_parameters_hold_no_url_and_only_namespaces_with_th
         "expression": "request.namespace in ['apps']",
     }
     assert (
-        "'secretKeyRef': dyn({'name': dyn('proxy-config'), 'key': dyn('HTTPS_PROXY')})" in policy["spec"]["variables"][2]["expression"]
+        "'secretKeyRef': dyn({'name': dyn('proxy-config'), 'key': dyn('HTTPS_PROXY')})"
+        in policy["spec"]["variables"][2]["expression"]
     )
 
 
