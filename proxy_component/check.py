@@ -320,17 +320,15 @@ class Cluster:
         api = self.clients.get("discovery")
         if api is None:
             return None
+        group, _, version = group_version.partition("/")
         self.requests += 1
         try:
-            found = api.call_api(
-                f"/apis/{group_version}", "GET", response_type="object", auth_settings=["BearerToken"],
-                _return_http_data_only=True,
-            )  # fmt: skip
+            found = api.get_api_resources(group, version)
         except Exception as exc:
             if getattr(exc, "status", None) == 404:
                 return set()
             raise
-        return {str(r.get("name")) for r in (found or {}).get("resources") or []}
+        return {str(r.name) for r in found.resources or []}
 
     def get(self, access: Access) -> Any | None:
         """The named object, or None where it does not exist."""
@@ -385,7 +383,7 @@ def connect(kubeconfig: str | None = None, context: str | None = None) -> Cluste
         "apps": client.AppsV1Api(api),
         "batch": client.BatchV1Api(api),
         "networking": client.NetworkingV1Api(api),
-        "discovery": api,
+        "discovery": client.CustomObjectsApi(api),  # get_api_resources: GET /apis/<group>/<version>
     }
     return Cluster(clients, server=redact_url(str(api.configuration.host)))
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
+from kubernetes.client import V1APIResource, V1APIResourceList
 
 from proxy_component.render import manifests, plain_values
 from proxy_component.render.admission import (
@@ -188,19 +189,22 @@ def test_without_a_trusted_ca_the_policy_has_no_trust_part() -> None:
 
 
 class _Discovery:
-    """An ApiClient's `call_api` for GET /apis/<group/version>: the resources each served group/version holds."""
+    """CustomObjectsApi.get_api_resources (GET /apis/<group>/<version>): the resources each group/version holds."""
 
     def __init__(self, served: dict[str, list[str]]) -> None:
         self.served = served
         self.asked: list[str] = []
 
-    def call_api(self, path: str, method: str, **_: Any) -> dict[str, Any]:
-        assert method == "GET"
-        self.asked.append(path)
-        group_version = path.removeprefix("/apis/")
+    def get_api_resources(self, group: str, version: str) -> V1APIResourceList:
+        group_version = f"{group}/{version}"
+        self.asked.append(group_version)
         if group_version not in self.served:
             raise _NotFoundError
-        return {"resources": [{"name": name} for name in self.served[group_version]]}
+        resources = [
+            V1APIResource(name=name, kind="K", namespaced=False, singular_name="", verbs=["get"])
+            for name in self.served[group_version]
+        ]
+        return V1APIResourceList(group_version=group_version, resources=resources)
 
 
 class _NotFoundError(Exception):
