@@ -316,7 +316,7 @@ class Cluster:
 
     def served(self, group_version: str) -> set[str] | None:
         """The resources the API server serves in a group/version (discovery, which every authenticated user may
-        read), None when it serves no such group/version; None too without a discovery client (tests' fakes)."""
+        read), empty when it serves no such group/version; None without a discovery client (tests' fakes)."""
         api = self.clients.get("discovery")
         if api is None:
             return None
