@@ -166,7 +166,16 @@ def _admitted_env(cluster: Cluster) -> list[dict[str, Any]] | None:
 def _in_force(cluster: Cluster, settings: Settings) -> None:
     """Wait until the API server admits Pods with the policy of `settings` (its informers follow within moments)."""
     wanted = transformed(settings, _probe_pod("probe"))["spec"]["containers"][0]["env"]
-    _wait(lambda: _admitted_env(cluster) == wanted, "the admission policy in force", timeout=90)
+    seen: list[Any] = [None]
+
+    def in_force() -> bool:
+        seen[0] = _admitted_env(cluster)
+        return bool(seen[0] == wanted)
+
+    try:
+        _wait(in_force, "the admission policy in force", timeout=90)
+    except AssertionError:
+        raise AssertionError(f"the admission policy not in force: {_first_difference(seen[0], wanted)}") from None
 
 
 def _apply_profile(cluster: Cluster, name: str, kubernetes_version: str | None = None) -> Settings:
