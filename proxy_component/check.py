@@ -4,8 +4,10 @@ It reads the cluster with the official `kubernetes` client (the `check` extra, i
 each finding in one line that names the object: node addresses and pod ranges outside tinyproxy's Allow list
 or not covered by NO_PROXY, the service range not covered, the proxy DaemonSet missing, not ready or absent
 from nodes that run DaemonSets, an image of it whose tag can move, its namespace enforcing a Pod Security level
-stricter than it needs, a `proxy-config` missing or edited, a workload (with Kyverno injection, a Pod)
-without the proxy env or with a stale NO_PROXY.
+stricter than it needs, a `proxy-config` missing or edited, a workload (with admission or Kyverno injection,
+a Pod) without the proxy env or with a stale NO_PROXY, and an injection API the settings chose that the API
+server does not serve (discovery: the MutatingAdmissionPolicy of `injection.admission`, the Kyverno kinds of
+`injection.kyvernoPolicy`).
 
 With `--probe URL...` it also runs a short-lived pod per node through that node's proxy to each URL (probe.py
 says what that verifies and how) and deletes it, whatever happens.
@@ -44,6 +46,7 @@ from .probe import (
     wait_until,
 )
 from .render import plain_values
+from .render.admission import admission_api_version
 from .render.env import (
     CONFIG_NAME,
     ENV_NAMES,
@@ -157,8 +160,48 @@ def workload_namespaces(settings: Settings) -> list[str]:
 
 
 def _workload_apis(settings: Settings) -> list[tuple[str, Api]]:
-    """Kyverno mutates Pods, never their workloads; the stack transform writes the workloads' templates."""
-    return [("Pod", PODS)] if settings.injection.kyverno else list(WORKLOADS.items())
+    """Admission (the API server's policy, or Kyverno) mutates Pods, never their workloads; the stack transform
+    writes the workloads' templates."""
+    injection = settings.injection
+    return [("Pod", PODS)] if injection.kyverno or injection.admission else list(WORKLOADS.items())
+
+
+class InjectionApi(NamedTuple):
+    """An API the settings' injection needs the API server to serve: the setting, group/version and resource."""
+
+    setting: str
+    group_version: str
+    resource: str
+    needs: str
+
+
+def injection_apis(settings: Settings) -> list[InjectionApi]:
+    """The APIs of the injection the settings chose (none for the stack transform alone)."""
+    injection = settings.injection
+    out: list[InjectionApi] = []
+    if injection.admission:
+        version = admission_api_version(settings)
+        needs = (
+            f"Kubernetes 1.34 or 1.35 with the MutatingAdmissionPolicy feature gate and --runtime-config={version}=true"
+            if version.endswith("v1beta1")
+            else "Kubernetes 1.36 or later, or cluster.kubernetesVersion naming an older cluster's version"
+        )
+        for resource in ("mutatingadmissionpolicies", "mutatingadmissionpolicybindings"):
+            out.append(InjectionApi("injection.admission", version, resource, needs))
+    if injection.kyverno:
+        if injection.kyverno_policy == "ClusterPolicy":
+            out.append(InjectionApi("injection.kyvernoPolicy", "kyverno.io/v1", "clusterpolicies", "Kyverno installed"))
+        else:
+            for resource in ("mutatingpolicies", "generatingpolicies"):
+                out.append(
+                    InjectionApi(
+                        "injection.kyvernoPolicy",
+                        "policies.kyverno.io/v1",
+                        resource,
+                        "Kyverno 1.17 or later, or injection.kyvernoPolicy: ClusterPolicy for an older Kyverno",
+                    )
+                )
+    return out
 
 
 def _config_api(settings: Settings) -> Api:
@@ -271,6 +314,22 @@ class Cluster:
             if not token:
                 return
 
+    def served(self, group_version: str) -> set[str] | None:
+        """The resources the API server serves in a group/version (discovery, which every authenticated user may
+        read), empty when it serves no such group/version; None without a discovery client (tests' fakes)."""
+        api = self.clients.get("discovery")
+        if api is None:
+            return None
+        group, _, version = group_version.partition("/")
+        self.requests += 1
+        try:
+            found = api.get_api_resources(group, version)
+        except Exception as exc:
+            if getattr(exc, "status", None) == 404:
+                return set()
+            raise
+        return {str(r.name) for r in found.resources or []}
+
     def get(self, access: Access) -> Any | None:
         """The named object, or None where it does not exist."""
         try:
@@ -324,6 +383,7 @@ def connect(kubeconfig: str | None = None, context: str | None = None) -> Cluste
         "apps": client.AppsV1Api(api),
         "batch": client.BatchV1Api(api),
         "networking": client.NetworkingV1Api(api),
+        "discovery": client.CustomObjectsApi(api),  # get_api_resources: GET /apis/<group>/<version>
     }
     return Cluster(clients, server=redact_url(str(api.configuration.host)))
 
@@ -350,6 +410,7 @@ def check_cluster(settings: Settings, cluster: Cluster) -> list[Finding]:
             *_proxy(settings, cluster, nodes),
             *_proxy_configs(settings, cluster),
             *_trust_bundles(settings, cluster),
+            *_injection_apis(settings, cluster),
             *_workloads(settings, cluster),
         ]
     except Exception as exc:
@@ -357,6 +418,21 @@ def check_cluster(settings: Settings, cluster: Cluster) -> list[Finding]:
         if error is None:
             raise
         raise error from None
+
+
+def _injection_apis(settings: Settings, cluster: Cluster) -> Iterator[Finding]:
+    """An injection API the settings chose that the API server does not serve: no Pod gets the env from it."""
+    served: dict[str, set[str] | None] = {}
+    for api in injection_apis(settings):
+        if api.group_version not in served:
+            served[api.group_version] = cluster.served(api.group_version)
+        resources = served[api.group_version]
+        if resources is not None and api.resource not in resources:
+            yield Finding(
+                "injection-api-missing", f"API {api.group_version}/{api.resource}", "error",
+                f"{api.setting}: the API server does not serve {api.group_version} {api.resource}, so no Pod gets "
+                f"the proxy env from it (expected {api.needs})",
+            )  # fmt: skip
 
 
 def _status_message(exc: Exception) -> str:

@@ -18,9 +18,10 @@ import yaml
 from .layers import Layered, read_stack
 from .noproxy import NoProxyError
 from .render import capi_manifests, capi_patches, manifests, plain_values
+from .render.admission import admission_objects
 from .render.helm import PROFILES, RENAMED, UnknownProfileError, profile_values, values_yaml
 from .render.kustomize import kustomization
-from .render.kyverno import cluster_policy
+from .render.kyverno import kyverno_objects
 from .render.trust import unreached
 from .settings import (
     Runtime,
@@ -33,7 +34,7 @@ from .settings import (
     release_name,
 )
 
-FORMATS = ("manifests", "helm-values", "capi", "capi-patches", "kustomize-patch", "kyverno", "check-rbac")
+FORMATS = ("manifests", "helm-values", "capi", "capi-patches", "kustomize-patch", "kyverno", "admission", "check-rbac")
 MARKER = "# Rendered by proxy-component render: this directory is rewritten whole by each render."
 PATCH_HEADER = """\
 # Merge patches for your Cluster API cluster, NOT objects to apply: they hold only the proxy's part of
@@ -131,7 +132,9 @@ def _objects(settings: Settings, args: argparse.Namespace) -> list[dict[str, Any
     if fmt == "capi-patches":
         return capi_patches(settings)
     if fmt == "kyverno":
-        return [cluster_policy(settings, plain_values(settings))]
+        return kyverno_objects(settings, plain_values(settings))
+    if fmt == "admission":
+        return admission_objects(settings, plain_values(settings))
     if fmt == "check-rbac":
         from .check import rbac_objects
 
@@ -410,7 +413,8 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FORMAT",
         help="manifests (default: the workload cluster's objects), helm-values PROFILE, capi (the management "
         "cluster's Secrets, ready to apply), capi-patches (the kubeadm fragments as merge patches for your own "
-        "KubeadmControlPlane and KubeadmConfigTemplate, never to apply), kustomize-patch, kyverno, check-rbac (the "
+        "KubeadmControlPlane and KubeadmConfigTemplate, never to apply), kustomize-patch, kyverno, admission (the "
+        "MutatingAdmissionPolicy, its binding and parameter ConfigMap, ready to kubectl apply), check-rbac (the "
         "ServiceAccount and the least roles `check` runs under)",
     )
     render.add_argument("--target-kind", default="Deployment", help="kustomize-patch: the workload kind")

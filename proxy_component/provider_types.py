@@ -119,7 +119,7 @@ class RuntimeSettings(TypedDict):
 
 
 class InjectionSettings(TypedDict):
-    """Which workloads get the proxy env from the Kyverno policy and the Pulumi stack transform."""
+    """Which workloads get the proxy env from the admission policy, the Kyverno policies and the stack transform."""
 
     exclude_namespaces: NotRequired[pulumi.Input[Sequence[pulumi.Input[str]]]]
 
@@ -127,7 +127,13 @@ class InjectionSettings(TypedDict):
     """A workload or pod with this annotation set to "false" is skipped."""
 
     kyverno: NotRequired[pulumi.Input[bool]]
-    """Create the Kyverno ClusterPolicy that injects the env into pods."""
+    """Create the Kyverno policies that inject the env into pods."""
+
+    kyverno_policy: NotRequired[pulumi.Input[str]]
+    """MutatingPolicy and GeneratingPolicy (policies.kyverno.io/v1, Kyverno >= 1.17), or the legacy ClusterPolicy (kyverno.io/v1) for Kyverno < 1.17. One of: MutatingPolicy, ClusterPolicy."""
+
+    admission: NotRequired[pulumi.Input[bool]]
+    """Create a MutatingAdmissionPolicy, its binding and parameter ConfigMap: the API server injects the env into pods itself (Kubernetes >= 1.34; see cluster.kubernetesVersion)."""
 
     trust_manager: NotRequired[pulumi.Input[bool]]
     """Create a trust-manager Bundle of its default CAs and proxy.upstream.trustedCa (needs trust-manager)."""
@@ -201,6 +207,9 @@ class ClusterSettings(TypedDict):
 
     region: NotRequired[pulumi.Input[str]]
     """AWS region, for the .compute.internal suffix."""
+
+    kubernetes_version: NotRequired[pulumi.Input[str]]
+    """The cluster's Kubernetes version, e.g. '1.35': picks the MutatingAdmissionPolicy API (v1beta1 on 1.34 and 1.35, v1 from 1.36, the default)."""
 
 
 class ProxySettings(TypedDict):

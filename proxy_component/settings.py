@@ -484,6 +484,12 @@ IpFamily = Literal["ipv4", "ipv6", "dual"]
 Cloud = Literal["none", "aws", "gcp", "azure"]
 
 
+def _kubernetes_version(value: str) -> str:
+    if not re.fullmatch(r"v?1\.(0|[1-9][0-9]*)(\.(0|[1-9][0-9]*))?", value):
+        raise ValueError(f"{value!r} is not a Kubernetes version (expected e.g. '1.35' or 'v1.36.3')")
+    return value
+
+
 class ClusterSettings(_Model):
     """The cluster's networks and endpoints, everything that must bypass the proxy."""
 
@@ -499,6 +505,16 @@ class ClusterSettings(_Model):
     region: Annotated[str, AfterValidator(_region)] | None = Field(
         default=None, description="AWS region, for the .compute.internal suffix."
     )
+    kubernetes_version: Annotated[str, AfterValidator(_kubernetes_version)] | None = Field(
+        default=None,
+        description="The cluster's Kubernetes version, e.g. '1.35': picks the MutatingAdmissionPolicy API "
+        "(v1beta1 on 1.34 and 1.35, v1 from 1.36, the default).",
+    )
+
+    @property
+    def kubernetes_minor(self) -> int | None:
+        """The minor version of `kubernetes_version` (35 for '1.35' or 'v1.35.2'), None when unset."""
+        return None if self.kubernetes_version is None else int(self.kubernetes_version.lstrip("v").split(".")[1])
 
     @model_validator(mode="after")
     def _check_family(self) -> ClusterSettings:
@@ -765,15 +781,32 @@ def _annotation_key(value: str) -> str:
     return value
 
 
+KyvernoPolicy = Literal["MutatingPolicy", "ClusterPolicy"]
+
+# The first Kubernetes minor with MutatingAdmissionPolicy as beta (v1beta1, off by default), and the one where it is v1.
+ADMISSION_BETA_MINOR = 34
+ADMISSION_GA_MINOR = 36
+
+
 class InjectionSettings(_Model):
-    """Which workloads get the proxy env from the Kyverno policy and the Pulumi stack transform."""
+    """Which workloads get the proxy env from the admission policy, the Kyverno policies and the stack transform."""
 
     exclude_namespaces: list[DnsLabel] = Field(default_factory=lambda: ["kube-system"])
     opt_out_annotation: Annotated[str, AfterValidator(_annotation_key)] = Field(
         default="proxy-component.io/inject",
         description='A workload or pod with this annotation set to "false" is skipped.',
     )
-    kyverno: bool = Field(default=False, description="Create the Kyverno ClusterPolicy that injects the env into pods.")
+    kyverno: bool = Field(default=False, description="Create the Kyverno policies that inject the env into pods.")
+    kyverno_policy: KyvernoPolicy = Field(
+        default="MutatingPolicy",
+        description="MutatingPolicy and GeneratingPolicy (policies.kyverno.io/v1, Kyverno >= 1.17), or the legacy "
+        "ClusterPolicy (kyverno.io/v1) for Kyverno < 1.17.",
+    )
+    admission: bool = Field(
+        default=False,
+        description="Create a MutatingAdmissionPolicy, its binding and parameter ConfigMap: the API server injects "
+        "the env into pods itself (Kubernetes >= 1.34; see cluster.kubernetesVersion).",
+    )
     trust_manager: bool = Field(
         default=False,
         description="Create a trust-manager Bundle of its default CAs and proxy.upstream.trustedCa (needs trust-manager).",
@@ -960,6 +993,13 @@ class Settings(_Model):
                     f"http://127.0.0.1:{upstream.endpoint[1]}: the firewall then lets tinyproxy reach that address and "
                     "port, and nothing else on the node)"
                 )
+        minor = self.cluster.kubernetes_minor
+        if self.injection.admission and minor is not None and minor < ADMISSION_BETA_MINOR:
+            raise ValueError(
+                f"injection.admission: cluster.kubernetesVersion {self.cluster.kubernetes_version!r} has no "
+                "MutatingAdmissionPolicy (expected Kubernetes 1.34 or later: v1beta1 on 1.34 and 1.35 with the "
+                "MutatingAdmissionPolicy feature gate and runtime-config, v1 from 1.36; or injection.kyverno instead)"
+            )
         if self.injection.trust_manager and self.trusted_ca is None:
             raise ValueError(
                 "injection.trustManager: true needs proxy.upstream.trustedCa, the CA the Bundle would distribute "

@@ -1,4 +1,15 @@
-"""An optional Kyverno ClusterPolicy that injects the proxy env into every Pod's containers.
+"""Kyverno policies that inject the proxy env into every Pod's containers: by default Kyverno's CEL policies
+(`policies.kyverno.io/v1`, Kyverno >= 1.17), with `injection.kyvernoPolicy: ClusterPolicy` the legacy
+ClusterPolicy (`kyverno.io/v1`) for Kyverno < 1.17, which Kyverno 1.17 deprecated.
+
+The MutatingPolicy carries the same CEL as the MutatingAdmissionPolicy (`render.admission.pod_mutation`): the
+values are literals (Kyverno has no `paramKind`), and with credentials or a trusted CA every namespace is injected,
+since a GeneratingPolicy clones `proxy-config` and `proxy-trust` from the proxy's namespace into each of them
+(`synchronize` and `generateExisting` on). Autogen is off: Pods only, so workload specs in Git stay as written.
+`failurePolicy: Ignore`: Kyverno is a webhook, and a Pod created without the env while it is down beats every Pod
+creation in the cluster failing.
+
+The legacy ClusterPolicy:
 
 It carries out the decision of `render.env.additions` in Kyverno's terms, per
 container: the six proxy names are one group, so a container that sets any of
@@ -25,18 +36,146 @@ JDK_JAVA_OPTIONS then names the truststore too.
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Callable
 from typing import Any
 
 from ..settings import RUNTIMES, Runtime, Settings
+from .admission import POD_CREATE, cel_literal, excluded_namespaces, pod_mutation, values_data
 from .env import CONFIG_NAME, ENV_NAMES, RUNTIME_VARIABLES, ProxyValues, pod_env
 from .trust import BUNDLE_NAME, MOUNT_PATH, TRUST_NAMES, trust_env_vars, trust_volume, trust_volume_mount
 
-__all__ = ["POLICY_NAME", "cluster_policy", "selected_expression"]
+__all__ = [
+    "CLONE_CONFIG_NAME",
+    "CLONE_TRUST_NAME",
+    "POLICY_NAME",
+    "cluster_policy",
+    "generating_policies",
+    "kyverno_objects",
+    "mutating_policy",
+    "selected_expression",
+]
 
 Obj = dict[str, Any]
 
 POLICY_NAME = "proxy-component-inject-env"
+CLONE_CONFIG_NAME = "proxy-component-clone-proxy-config"
+CLONE_TRUST_NAME = "proxy-component-clone-proxy-trust"
+POLICIES_API = "policies.kyverno.io/v1"
+Text = Callable[[Callable[[ProxyValues], str], ProxyValues], Any]
+
+
+def _call(build: Callable[[ProxyValues], str], values: ProxyValues) -> str:
+    return build(values)
+
+
+def _metadata(name: str, title: str, description: str) -> Obj:
+    return {
+        "name": name,
+        "annotations": {"policies.kyverno.io/title": title, "policies.kyverno.io/description": description},
+        "labels": {"app.kubernetes.io/part-of": "proxy-component"},
+    }
+
+
+def mutating_policy(settings: Settings, values: ProxyValues, text: Text = _call) -> Obj:
+    """The MutatingPolicy; `text` turns the values into each variable's CEL (an `apply` for Outputs)."""
+    conditions, shape, patches = pod_mutation(settings, values, cloned=True)
+
+    def expression(index: int, plain: ProxyValues) -> str:
+        data = values_data(settings, plain)
+        variables = pod_mutation(settings, plain, lambda key: cel_literal(data[key]), cloned=True)[1]
+        return str(variables[index]["expression"])
+
+    variables = [
+        {"name": v["name"], "expression": text(functools.partial(expression, i), values)} for i, v in enumerate(shape)
+    ]
+    excluded = excluded_namespaces(settings)
+    if excluded:  # a condition, not a namespaceSelector: Kyverno's own CLI and controllers read it the same way
+        conditions = [
+            {"name": "not-excluded", "expression": f"!(request.namespace in {cel_literal(excluded)})"},
+            *conditions,
+        ]
+    return {
+        "apiVersion": POLICIES_API,
+        "kind": "MutatingPolicy",
+        "metadata": _metadata(
+            POLICY_NAME,
+            "Inject HTTP proxy environment",
+            "Adds HTTP_PROXY, HTTPS_PROXY and NO_PROXY (both spellings) to every container that sets none of them, "
+            "and the runtime variables its Pod selects, outside the excluded namespaces and unless the Pod opts out.",
+        ),
+        "spec": {
+            "matchConstraints": {"resourceRules": [POD_CREATE]},
+            "matchConditions": conditions,
+            "variables": variables,
+            "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": patches}}],
+            "failurePolicy": "Ignore",
+            "reinvocationPolicy": "Never",
+            "autogen": {"podControllers": {"controllers": []}},
+            "evaluation": {"admission": {"enabled": True}, "mutateExisting": {"enabled": False}},
+        },
+    }
+
+
+def _generating_policy(settings: Settings, name: str, kind: str, source: str) -> Obj:
+    resource = {"ConfigMap": "configmaps", "Secret": "secrets"}[kind]
+    get = f"resource.Get('v1', {cel_literal(resource)}, {cel_literal(settings.deployment.namespace)}, {cel_literal(source)})"
+    return {
+        "apiVersion": POLICIES_API,
+        "kind": "GeneratingPolicy",
+        "metadata": _metadata(
+            name,
+            f"Clone {source} into every namespace",
+            f"Keeps a copy of the {kind} {settings.deployment.namespace}/{source} in every namespace, for the Pods "
+            f"the {POLICY_NAME} policy gives the proxy env.",
+        ),
+        "spec": {
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE", "UPDATE"],
+                        "resources": ["namespaces"],
+                    }
+                ]
+            },
+            # Not the source's namespace, nor those where this component already manages the object.
+            "matchConditions": [
+                {
+                    "name": "not-managed-here",
+                    "expression": f"!(object.metadata.name in {cel_literal(_clone_exclusions(settings))})",
+                }
+            ],
+            "variables": [
+                {"name": "namespace", "expression": "object.metadata.name"},
+                {"name": "source", "expression": get},
+            ],
+            "generate": [{"expression": "generator.Apply(variables.namespace, [variables.source])"}],
+            "evaluation": {"synchronize": {"enabled": True}, "generateExisting": {"enabled": True}},
+        },
+    }
+
+
+def generating_policies(settings: Settings) -> list[Obj]:
+    """GeneratingPolicies that clone `proxy-config` (with credentials: the URLs are `secretKeyRef`s to it) and
+    `proxy-trust` (with a trusted CA) from the proxy's namespace into every namespace."""
+    out = []
+    if settings.has_credentials:
+        out.append(_generating_policy(settings, CLONE_CONFIG_NAME, "Secret", CONFIG_NAME))
+    if settings.trusted_ca is not None:
+        out.append(_generating_policy(settings, CLONE_TRUST_NAME, "ConfigMap", BUNDLE_NAME))
+    return out
+
+
+def kyverno_objects(settings: Settings, values: ProxyValues, text: Text = _call) -> list[Obj]:
+    """The Kyverno policies `injection.kyvernoPolicy` chooses: GeneratingPolicies then the MutatingPolicy, or the
+    legacy ClusterPolicy."""
+    if settings.injection.kyverno_policy == "ClusterPolicy":
+        return [cluster_policy(settings, values)]
+    return [*generating_policies(settings), mutating_policy(settings, values, text)]
+
 
 _LISTS = (
     ("containers", "Pod", True),

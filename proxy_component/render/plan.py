@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..settings import Settings, SettingsError
+from .admission import admission_params, admission_policy, admission_policy_binding
 from .capi import (
     TKG_ADDONS,
     cluster_values_secret,
@@ -25,7 +26,7 @@ from .capi import (
 )
 from .env import ProxyValues, proxy_config_object
 from .helm import check_values_secrets, profile_values, values_secret, values_secret_name, values_yaml
-from .kyverno import cluster_policy
+from .kyverno import CLONE_CONFIG_NAME, CLONE_TRUST_NAME, cluster_policy, generating_policies, mutating_policy
 from .proxy import config_object, daemonset, service
 from .trust import trust_bundle_object, trust_manager_bundle, trust_namespaces
 
@@ -148,8 +149,26 @@ def plan(settings: Settings, inputs: PlanInputs) -> list[Planned]:
     for namespace in trust_namespaces(settings):
         obj = trust_bundle_object(settings, namespace)
         planned.append(Planned(f"proxy-trust/{namespace}", f"-proxy-trust-{namespace}", obj))
-    if settings.injection.kyverno:
+    if settings.injection.kyverno and settings.injection.kyverno_policy == "ClusterPolicy":
         planned.append(Planned("kyverno-policy", "-kyverno-policy", cluster_policy(settings, inputs.values)))
+    elif settings.injection.kyverno:
+        keys = {CLONE_CONFIG_NAME: "kyverno-clone-proxy-config", CLONE_TRUST_NAME: "kyverno-clone-proxy-trust"}
+        for obj in generating_policies(settings):
+            key = keys[obj["metadata"]["name"]]
+            planned.append(Planned(key, f"-{key}", obj))
+        mutating = mutating_policy(settings, inputs.values, inputs.text)
+        planned.append(Planned("kyverno-mutating-policy", "-kyverno-mutating-policy", mutating))
+    if settings.injection.admission:
+        planned += [
+            Planned("admission-params", "-admission-params", admission_params(settings, inputs.values)),
+            Planned("admission-policy", "-admission-policy", admission_policy(settings, inputs.values)),
+            Planned(
+                "admission-binding",
+                "-admission-binding",
+                admission_policy_binding(settings),
+                depends_on=("admission-params", "admission-policy"),
+            ),
+        ]
     if settings.injection.trust_manager:
         planned.append(Planned("trust-manager-bundle", "-trust-manager-bundle", trust_manager_bundle(settings)))
     for spec in settings.helm_values_secrets:

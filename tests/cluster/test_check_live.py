@@ -556,14 +556,29 @@ def test_with_kyverno_injection_pods_are_checked_not_their_workloads(live: Live)
         with granted(live, kyverno):
             assert live.can_i("list", "pods", "-n", "team-a")
             assert not live.can_i("list", "deployments.apps", "-n", "team-a")
+            # Discovery: this API server has no Kyverno, so the policies the settings chose would inject nothing.
+            missing = (
+                "injection.kyvernoPolicy: the API server does not serve policies.kyverno.io/v1 {}, so no Pod gets the "
+                "proxy env from it (expected Kyverno 1.17 or later, or injection.kyvernoPolicy: ClusterPolicy for an "
+                "older Kyverno)"
+            )
             assert live.findings(kyverno) == [
+                *(
+                    {
+                        "kind": "injection-api-missing",
+                        "object": f"API policies.kyverno.io/v1/{resource}",
+                        "severity": "error",
+                        "message": missing.format(resource),
+                    }
+                    for resource in ("mutatingpolicies", "generatingpolicies")
+                ),
                 {
                     "kind": "workload-env",
                     "object": "Pod default/missed",
                     "severity": "warning",
                     "message": "container app: lacks the proxy env (HTTP_PROXY, http_proxy, HTTPS_PROXY, https_proxy, "
                     "NO_PROXY, no_proxy; expected envFrom proxy-config or the variables)",
-                }
+                },
             ]
     finally:
         live.kubectl("-n", "default", "delete", "deployment", "web")

@@ -25,7 +25,7 @@ GIANT_SWARM: dict[str, Any] = {
         "noProxy": ["172.16.0.0/16", "internal.corpdomain.net", "example.com"],
     },
     "capi": {"enabled": True, "namespace": "org-giantswarm", "tkgAddons": True},
-    "injection": {"kyverno": True},
+    "injection": {"kyverno": True, "kyvernoPolicy": "ClusterPolicy"},
     "helmValuesSecrets": [{"profile": "cert-manager", "namespace": "flux-system"}],
     "namespaces": ["apps"],
 }
@@ -170,12 +170,32 @@ def test_capi_uses_the_upstream_for_nodes_and_the_service_for_pods(mocked: Harne
     assert 'Environment="HTTP_PROXY=http://proxy.corp:3128"' in dropin
     config = registered["egress-proxy-config-apps"].inputs["data"]
     assert config["HTTP_PROXY"] == "http://http-proxy.kube-system.svc.cluster.local:8888"
-    policy = registered["egress-kyverno-policy"]
-    assert [rule["name"] for rule in policy.inputs["spec"]["rules"]] == [
-        "inject-containers",
-        "inject-initcontainers",
-        "inject-ephemeralcontainers",
-    ]
+    policy = registered["egress-kyverno-mutating-policy"]
+    assert policy.typ == "kubernetes:policies.kyverno.io/v1:MutatingPolicy"
+    assert [v["name"] for v in policy.inputs["spec"]["variables"]] == ["selected", "python", "entries"]
+    assert (
+        "'value': dyn('http://http-proxy.kube-system.svc.cluster.local:8888')"
+        in policy.inputs["spec"]["variables"][2]["expression"]
+    ), "Kyverno has no paramKind: the values are literals in the CEL"
+    assert not any(name.startswith("egress-kyverno-clone") for name in registered), "no credentials, no trusted CA"
+
+
+def test_with_credentials_the_mutating_policy_reads_the_cloned_secret_and_carries_no_password(
+    mocked: Harness,
+) -> None:
+    ClusterProxy("egress", ClusterProxyArgs(settings={**GIANT_SWARM, "injection": {"kyverno": True}}))
+    registered = {r.name: r for r in mocked.settle()}
+    clone = registered["egress-kyverno-clone-proxy-config"]
+    assert clone.typ == "kubernetes:policies.kyverno.io/v1:GeneratingPolicy"
+    assert clone.inputs["spec"]["variables"][1]["expression"] == (
+        "resource.Get('v1', 'secrets', 'kube-system', 'proxy-config')"
+    )
+    policy = registered["egress-kyverno-mutating-policy"]
+    assert PASSWORD not in repr(policy.inputs)
+    assert (
+        "'valueFrom': dyn({'secretKeyRef': dyn({'name': dyn('proxy-config'), 'key': dyn('HTTP_PROXY')})})"
+        in policy.inputs["spec"]["variables"][2]["expression"]
+    )
 
 
 def test_an_unknown_helm_profile_is_refused_before_anything_is_created(mocked: Harness) -> None:

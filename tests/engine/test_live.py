@@ -34,7 +34,7 @@ SETTINGS: dict[str, Any] = {
         "nodeCidrs": ["192.0.2.0/24", "2001:db8::/64"],
         "ipFamily": "dual",
     },
-    "injection": {"kyverno": True},
+    "injection": {"kyverno": True, "kyvernoPolicy": "ClusterPolicy"},  # the MutatingPolicy: test_admission_live.py
     "helmValuesSecrets": [{"profile": "cert-manager", "namespace": "kube-system"}],
     "namespaces": ["default", "team-a"],
 }

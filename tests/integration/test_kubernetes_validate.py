@@ -68,6 +68,13 @@ def _variant(**extra: Any) -> Settings:
 
 
 VARIANTS: dict[str, dict[str, Any]] = {
+    "admission": {"injection": {"admission": True}, "namespaces": ["default", "ci"]},
+    "admission-v1beta1": {"injection": {"admission": True}, "cluster": {"kubernetesVersion": "1.35"}},
+    "kyverno-credentials": {
+        "injection": {"kyverno": True},
+        "proxy": {"httpProxy": "http://user:pw@proxy.corp.example:3128"},
+    },
+    "kyverno-legacy": {"injection": {"kyverno": True, "kyvernoPolicy": "ClusterPolicy"}},
     "upstream-with-credentials": {
         "proxy": {
             "upstream": {
@@ -98,7 +105,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 
 
-_CRD_SCHEMAS = {("kyverno.io/v1", "ClusterPolicy"): "kyverno-clusterpolicy-v1.yaml"}
+_CRD_SCHEMAS = {
+    ("kyverno.io/v1", "ClusterPolicy"): "kyverno-clusterpolicy-v1.yaml",
+    ("policies.kyverno.io/v1", "MutatingPolicy"): "kyverno-mutatingpolicy-v1.yaml",
+    ("policies.kyverno.io/v1", "GeneratingPolicy"): "kyverno-generatingpolicy-v1.yaml",
+}
 
 
 def _validate_all(objects: list[dict[str, Any]]) -> None:
@@ -158,6 +169,14 @@ def test_variant_objects_validate(name: str) -> None:
     elif name == "dual-stack":
         (svc,) = _by_kind(objects, "Service")
         assert svc["spec"]["ipFamilyPolicy"] == "PreferDualStack"
+    elif name.startswith("admission"):
+        api = "admissionregistration.k8s.io/" + ("v1beta1" if name.endswith("v1beta1") else "v1")
+        assert [(o["apiVersion"], o["kind"]) for o in objects[-2:]] == [
+            (api, "MutatingAdmissionPolicy"), (api, "MutatingAdmissionPolicyBinding")
+        ]  # fmt: skip
+    elif name.startswith("kyverno"):
+        wanted = ["ClusterPolicy"] if name == "kyverno-legacy" else ["GeneratingPolicy", "MutatingPolicy"]
+        assert [k for k in kinds if "Policy" in k] == wanted
     else:
         assert kinds == ["ConfigMap", "ConfigMap", "ConfigMap"]  # only proxy-config: no tinyproxy objects
         assert {o["metadata"]["namespace"] for o in proxy_configs} == {"default", "ci", "monitoring"}

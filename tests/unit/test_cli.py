@@ -200,8 +200,8 @@ injection: {kyverno: true}
     [
         (["capi"], ["Secret", "Secret"]),
         (["capi-patches"], ["KubeadmControlPlane", "KubeadmConfigTemplate"]),
-        (["kyverno"], ["ClusterPolicy"]),
-        (["manifests"], ["ConfigMap", "DaemonSet", "Service", "ClusterPolicy"]),
+        (["kyverno"], ["MutatingPolicy"]),
+        (["manifests"], ["ConfigMap", "DaemonSet", "Service", "MutatingPolicy"]),
         (["kustomize-patch", "--target-name", "web"], ["Kustomization"]),
     ],
 )
@@ -277,11 +277,11 @@ def test_render_to_a_directory_leaves_exactly_the_current_render(tmp_path: Path)
     config.write_text(CAPI_CONFIG)
     assert main(["render", str(config), "-o", str(out)]) == 0
     before = sorted(p.name for p in out.iterdir())
-    assert any("clusterpolicy" in name for name in before)
+    assert any("mutatingpolicy" in name for name in before)
     config.write_text(CAPI_CONFIG.replace("injection: {kyverno: true}\n", ""))
     assert main(["render", str(config), "-o", str(out)]) == 0
     after = sorted(p.name for p in out.iterdir())
-    assert after == [name for name in before if "clusterpolicy" not in name], "the stale policy file must go"
+    assert after == [name for name in before if "mutatingpolicy" not in name], "the stale policy file must go"
 
 
 def test_render_refuses_a_directory_with_files_it_did_not_write(

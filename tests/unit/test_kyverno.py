@@ -1,16 +1,14 @@
-"""The Kyverno ClusterPolicy: what it injects, where, and what it leaves alone."""
+"""The legacy Kyverno ClusterPolicy's shape: its rules, exclusions and literals. What it injects is judged by
+Kyverno's own engine over the shared table (tests/kyverno, `kyverno apply`), no longer by a JMESPath stand-in."""
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
-import jmespath
-import jmespath.functions
 import pytest
 
 from proxy_component.render import plain_values
-from proxy_component.render.env import ENV_NAMES, additions, pod_env
+from proxy_component.render.env import ENV_NAMES
 from proxy_component.render.kyverno import POLICY_NAME, cluster_policy
 from proxy_component.render.runtimes import python_no_proxy
 from proxy_component.settings import Settings, parse_settings
@@ -54,126 +52,6 @@ def test_one_rule_per_container_list_runtime_variables_first_then_the_six() -> N
         assert "JAVA_TOOL_OPTIONS" not in repr(policy), "a workload's own JAVA_TOOL_OPTIONS is never written"
         assert all(f["list"] == f"request.object.spec.{field}" for f in foreach)
         assert all(f["patchStrategicMerge"]["spec"][field][0]["(name)"] == "{{ element.name }}" for f in foreach)
-
-
-def _kyverno_split(text: str, sep: str) -> list[str]:
-    return text.split(sep)
-
-
-class _KyvernoFunctions(jmespath.functions.Functions):
-    """Kyverno's JMESPath extension the policy uses: split(string, separator) (Go's strings.Split)."""
-
-    @jmespath.functions.signature({"types": ["string"]}, {"types": ["string"]})
-    def _func_split(self, text: str, sep: str) -> list[str]:
-        return _kyverno_split(text, sep)
-
-
-_OPTIONS = jmespath.Options(custom_functions=_KyvernoFunctions())
-
-
-def _holds(condition: dict[str, Any], context: dict[str, Any]) -> bool:
-    key = condition["key"]
-    assert key.startswith("{{ "), key
-    assert key.endswith(" }}"), key
-    value = jmespath.search(key[3:-3], context, options=_OPTIONS)
-    assert condition["operator"] in ("Equals", "GreaterThanOrEquals")
-    if condition["operator"] == "GreaterThanOrEquals":
-        return bool(value >= condition["value"])
-    return bool(value == condition["value"])
-
-
-def _admit(policy: dict[str, Any], pod: dict[str, Any], namespace: str, refresh: bool) -> dict[str, Any]:
-    """Pod CREATE through the inject-containers rule as Kyverno runs it: each foreach over the containers, its
-    preconditions per element, its strategic merge of `env` by name. `refresh`: later foreach entries see the
-    Pod as patched by earlier ones (else all see the original): the policy must not depend on which."""
-    rule = _rule(policy, "inject-containers")
-    original = copy.deepcopy(pod)
-    current = copy.deepcopy(pod)
-    for foreach in rule["mutate"]["foreach"]:
-        seen = current if refresh else original
-        for index, element in enumerate(seen["spec"]["containers"]):
-            context = {"request": {"object": seen, "namespace": namespace}, "element": element}
-            if not all(_holds(c, context) for c in foreach["preconditions"]["all"]):
-                continue
-            target = current["spec"]["containers"][index]
-            env = target.setdefault("env", [])
-            for entry in foreach["patchStrategicMerge"]["spec"]["containers"][0]["env"]:
-                existing = [e for e in env if e["name"] == entry["name"]]
-                if existing:
-                    existing[0].clear()
-                    existing[0].update(entry)  # strategic merge by name replaces: the preconditions prevent it
-                else:
-                    env.append(dict(entry))
-    return current
-
-
-CONTAINERS: list[dict[str, Any]] = [
-    {"name": "plain", "image": "i"},
-    {"name": "own-java", "image": "i", "env": [{"name": "JDK_JAVA_OPTIONS", "value": "-Xmx1g"}]},
-    {"name": "opted-out", "image": "i", "env": [{"name": "HTTP_PROXY", "value": ""}]},
-    {"name": "no-proxy-star", "image": "i", "env": [{"name": "NO_PROXY", "value": "*"}]},
-    {"name": "lower", "image": "i", "env": [{"name": "no_proxy", "value": "mine"}]},
-    {"name": "from-config", "image": "i", "envFrom": [{"configMapRef": {"name": "proxy-config"}}]},
-    {"name": "from-secret", "image": "i", "envFrom": [{"secretRef": {"name": "proxy-config"}}]},
-    {
-        "name": "other-config",
-        "image": "i",
-        "envFrom": [{"configMapRef": {"name": "app"}}],
-        "env": [{"name": "A", "value": "b"}],
-    },
-]
-RUNTIME_SETTINGS: list[dict[str, Any]] = [
-    {},
-    {"java": True, "node": True},
-    {"python": True, "namespaces": {"legacy": [], "apps": ["node"]}},
-    {"namespaces": {"apps": ["java", "python"], "web": ["node"]}},
-]
-ANNOTATIONS: list[dict[str, str] | None] = [
-    None,
-    {"proxy-component.io/runtimes": "none"},
-    {"proxy-component.io/runtimes": "java"},
-    {"proxy-component.io/runtimes": "node,python"},
-    {"proxy-component.io/runtimes": "java,node,python"},
-    {"other": "x"},
-]
-
-
-@pytest.mark.parametrize("runtimes", RUNTIME_SETTINGS)
-@pytest.mark.parametrize("refresh", [True, False])
-def test_the_policy_gives_each_container_what_the_one_decision_gives(runtimes: dict[str, Any], refresh: bool) -> None:
-    """The policy's preconditions, evaluated by a JMESPath engine (with Kyverno's split), and the strategic merge,
-    give every container exactly `additions(container, pod_env(values of its Pod's selection))`: the six are one
-    group, the runtime variables follow the annotation, else the namespace, else the cluster."""
-    settings = parse_settings(
-        {"cluster": {"podCidrs": ["fd00:10:244::/56"], "serviceCidrs": ["fd00:10:96::/108"]}, "proxy": {"noProxy": ["fd00::/8"]},
-         "injection": {"kyverno": True}, "runtimes": runtimes}
-    )  # fmt: skip
-    values = plain_values(settings)
-    policy = cluster_policy(settings, values)
-    checked = 0
-    for namespace in ("default", "apps", "web", "legacy"):
-        for annotated in ANNOTATIONS:
-            pod = {"metadata": {"annotations": annotated} if annotated else {}, "spec": {"containers": CONTAINERS}}
-            admitted = _admit(policy, pod, namespace, refresh)
-            selection = settings.runtimes.select(namespace, annotated)
-            entries = pod_env(settings, values.select(selection))
-            for before, after in zip(CONTAINERS, admitted["spec"]["containers"], strict=True):
-                expected = [*before.get("env", []), *additions(before, entries)]
-                got = after.get("env", [])
-                by_name = {e["name"]: e for e in got}  # the policy adds the runtime variables first: order aside
-                assert len(by_name) == len(got) == len(expected), (namespace, annotated, before["name"])
-                assert by_name == {e["name"]: e for e in expected}, (namespace, annotated, before["name"])
-                checked += 1
-    assert checked == 4 * len(ANNOTATIONS) * len(CONTAINERS)
-
-
-def test_an_opted_out_container_gets_nothing_and_its_neighbour_everything() -> None:
-    settings = parse_settings({**BASE, "runtimes": {"java": True, "node": True}})
-    pod = {"metadata": {}, "spec": {"containers": [CONTAINERS[0], CONTAINERS[2]]}}
-    admitted = _admit(cluster_policy(settings, plain_values(settings)), pod, "default", refresh=True)
-    plain, opted_out = admitted["spec"]["containers"]
-    assert [e["name"] for e in plain["env"]] == ["NODE_USE_ENV_PROXY", "JDK_JAVA_OPTIONS", *ENV_NAMES]
-    assert opted_out["env"] == [{"name": "HTTP_PROXY", "value": ""}]
 
 
 def test_optional_lists_are_guarded() -> None:

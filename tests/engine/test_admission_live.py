@@ -1,0 +1,329 @@
+"""Injection by the API server itself, against the test cluster's real kube-apiserver (scripts/cluster, v1.36.3,
+with kwok's kube-controller-manager): the MutatingAdmissionPolicy of `render --format admission` applied with
+kubectl, then every case of the shared table (tests/fixtures/injection-cases.yaml) created as a Pod with kubectl,
+and some as a Deployment (its Pods made by the real ReplicaSet controller) and a Job (by the Job controller); each
+comes out of admission exactly as the stack transform renders it, env by env and mount by mount, order included.
+Then under the real engine (pytest -m engine): `pulumi up` applies the policy, binding and parameter ConfigMap, and
+a NO_PROXY change updates the ConfigMap only, which the next Pods get.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pytest
+import yaml
+
+from proxy_component.render import plain_values
+from proxy_component.render.admission import PARAMS_NAME, POLICY_NAME
+from proxy_component.settings import Settings
+from proxy_component.transform import proxy_env_transform
+from tests.injection_cases import (
+    Case,
+    cases,
+    injected_parts,
+    namespaces,
+    profile_raw,
+    profile_settings,
+    profiles,
+    transformed,
+)
+
+from .conftest import ROOT
+
+NODES = 1
+# The v1beta1 API of 1.34 and 1.35 is still served by 1.36 when enabled: the rendering for those clusters is applied
+# to this API server too (kube-apiserver 1.36 enables the MutatingAdmissionPolicy admission plugin and v1 by default).
+KWOKCTL = """\
+apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokctlConfiguration
+options:
+  kubeRuntimeConfig: admissionregistration.k8s.io/v1beta1=true
+"""
+
+
+class Cluster:
+    def __init__(self, kubeconfig: Path, workdir: Path) -> None:
+        self.kubeconfig = kubeconfig
+        self.workdir = workdir
+
+    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            # Its own discovery cache: kubectl's shared one may hold an earlier cluster's on the same port.
+            ["kubectl", "--kubeconfig", str(self.kubeconfig), "--cache-dir", str(self.workdir / "kube-cache"), *args],
+            input=stdin, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert not check or result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
+        return result
+
+    def get(self, *args: str) -> Any:
+        return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
+
+    def apply(self, objects: list[dict[str, Any]]) -> None:
+        self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(objects))
+
+    def render_admission(self, raw: dict[str, Any], name: str) -> str:
+        path = self.workdir / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(raw))
+        result = subprocess.run(
+            [sys.executable, "-m", "proxy_component.cli", "render", str(path), "--format", "admission"],
+            capture_output=True, text=True, timeout=120, cwd=ROOT,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+
+def kyverno_crd(kind: str, plural: str) -> dict[str, Any]:
+    """Kyverno's policies.kyverno.io/v1 CRD of `kind`, its schema from tests/fixtures/crds (Kyverno v1.19.1's)."""
+    schema = yaml.safe_load((ROOT / f"tests/fixtures/crds/kyverno-{kind.lower()}-v1.yaml").read_text())
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.policies.kyverno.io"},
+        "spec": {
+            "group": "policies.kyverno.io",
+            "scope": "Cluster",
+            "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"},
+            "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": schema}}],
+        },
+    }
+
+
+def _wait(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting: {what}"
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    workdir = tmp_path_factory.mktemp("admission")
+    extra = workdir / "kwokctl-extra.yaml"
+    extra.write_text(KWOKCTL)
+    env = {
+        **os.environ,
+        "PROXY_COMPONENT_CLUSTER": f"pc-admission-{os.getpid()}",
+        "KWOK_WORKDIR": str(workdir / "kwok"),
+        "PROXY_COMPONENT_CLUSTER_CONFIG": str(extra),
+    }
+    up = subprocess.run(["bash", str(ROOT / "scripts/cluster"), "up", str(NODES)], capture_output=True, text=True,
+                        env=env, timeout=3000)  # fmt: skip
+    if up.returncode != 0:
+        pytest.fail(f"scripts/cluster up failed: {up.stderr}")
+    try:
+        live = Cluster(Path(up.stdout.strip().splitlines()[-1]), workdir)
+        for namespace in namespaces():
+            if namespace != "kube-system":
+                live.kubectl("create", "namespace", namespace)
+        crds = [
+            kyverno_crd("MutatingPolicy", "mutatingpolicies"),
+            kyverno_crd("GeneratingPolicy", "generatingpolicies"),
+        ]
+        live.apply(crds)
+        for crd in crds:  # `kubectl wait` fails outright while the CRD has no conditions yet
+
+            def established(name: str = crd["metadata"]["name"]) -> bool:
+                conditions = live.get("crd", name).get("status", {}).get("conditions") or []
+                return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+            _wait(established, f"the CRD {crd['metadata']['name']} established")
+        yield live
+    finally:
+        subprocess.run(["bash", str(ROOT / "scripts/cluster"), "down"], env=env, capture_output=True, timeout=300)
+
+
+def _probe_pod(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "team-a"},
+        "spec": {"automountServiceAccountToken": False, "containers": [{"name": "app", "image": "app"}]},
+    }
+
+
+REFUSED: list[str] = []  # the API server's last refusal of the probe Pod
+
+
+def _admitted_env(cluster: Cluster) -> list[dict[str, Any]] | None:
+    """A Pod's env as admission makes it now, without creating it (server-side dry run runs admission); None when
+    admission refuses it (between the updates of the parameters and of the policy, see the README)."""
+    out = cluster.kubectl(
+        "create", "--dry-run=server", "-o", "json", "-f", "-", stdin=json.dumps(_probe_pod("probe")), check=False
+    )
+    if out.returncode != 0:
+        REFUSED[:] = [out.stderr.strip()]
+        return None
+    env: list[dict[str, Any]] = json.loads(out.stdout)["spec"]["containers"][0].get("env") or []
+    return env
+
+
+def _in_force(cluster: Cluster, settings: Settings) -> None:
+    """Wait until the API server admits Pods with the policy of `settings` (its informers follow within moments)."""
+    wanted = transformed(settings, _probe_pod("probe"))["spec"]["containers"][0]["env"]
+    seen: list[Any] = [None]
+
+    def in_force() -> bool:
+        seen[0] = _admitted_env(cluster)
+        return bool(seen[0] == wanted)
+
+    try:
+        _wait(in_force, "the admission policy in force", timeout=90)
+    except AssertionError:
+        why = f" (refused: {REFUSED[-1][:600]})" if seen[0] is None and REFUSED else ""
+        raise AssertionError(f"the admission policy not in force: {_first_difference(seen[0], wanted)}{why}") from None
+
+
+def _apply_profile(cluster: Cluster, name: str, kubernetes_version: str | None = None) -> Settings:
+    raw = profile_raw(name)
+    if kubernetes_version is not None:
+        raw["cluster"] = {**raw["cluster"], "kubernetesVersion": kubernetes_version}
+    settings = profile_settings(name)
+    cluster.kubectl("apply", "-f", "-", stdin=cluster.render_admission(raw, f"{name}-{kubernetes_version}"))
+    _in_force(cluster, settings)
+    return settings
+
+
+def _first_difference(got: Any, wanted: Any, where: str = "") -> str:
+    """Where two parts first differ, and how: the assertion's message."""
+    if isinstance(got, dict) and isinstance(wanted, dict):
+        for key in sorted({*got, *wanted}):
+            if got.get(key) != wanted.get(key):
+                return _first_difference(got.get(key), wanted.get(key), f"{where}.{key}")
+    if isinstance(got, list) and isinstance(wanted, list):
+        for i, (a, b) in enumerate(zip(got, wanted, strict=False)):
+            if a != b:
+                return _first_difference(a, b, f"{where}[{i}]")
+        return f"{where}: {len(got)} items, expected {len(wanted)}: {got[len(wanted) :] or wanted[len(got) :]}"
+    return f"{where}: {got!r}, expected {wanted!r}"
+
+
+def _delete_pods(cluster: Cluster) -> None:
+    for namespace in namespaces():
+        cluster.kubectl("delete", "pods,deployments,jobs", "-n", namespace, "-l", "table=injection", "--wait=false")
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize(("profile", "version"), [*((p, None) for p in profiles()), ("trust", "1.35")])
+def test_every_case_of_the_table_comes_out_of_admission_as_the_transform_renders_it(
+    cluster: Cluster, profile: str, version: str | None
+) -> None:
+    """Each profile with the v1 policy; the trust profile also as rendered for a 1.35 cluster (v1beta1)."""
+    settings = _apply_profile(cluster, profile, version)
+    rendered = cluster.render_admission(profile_raw(profile), "rendered")
+    expected_api = "admissionregistration.k8s.io/v1beta1" if version else "admissionregistration.k8s.io/v1"
+    if version:
+        raw = {**profile_raw(profile)}
+        raw["cluster"] = {**raw["cluster"], "kubernetesVersion": version}
+        rendered = cluster.render_admission(raw, "rendered")
+    assert [d["apiVersion"] for d in yaml.safe_load_all(rendered)][1:] == [expected_api, expected_api]
+    served = cluster.get(f"mutatingadmissionpolicies.{expected_api.split('/')[1]}.admissionregistration.k8s.io",
+                         POLICY_NAME)  # fmt: skip
+    assert served["apiVersion"] == expected_api
+    compared = untouched = 0
+    for case in cases():
+        pod = case.pod(f"{profile}-{version or 'v1'}-{case.name}")
+        pod["metadata"]["labels"] = {"table": "injection"}
+        cluster.kubectl("create", "-f", "-", stdin=json.dumps(pod))
+        admitted = cluster.get("pod", pod["metadata"]["name"], "-n", case.namespace)
+        expected = transformed(settings, pod)
+        got, wanted = injected_parts(admitted["spec"]), injected_parts(expected["spec"])
+        assert got == wanted, (profile, case.name, _first_difference(got, wanted))
+        compared += 1
+        untouched += expected == pod
+    _delete_pods(cluster)
+    assert compared == len(cases())
+    # The table holds Pods left alone (opted out, excluded namespaces, kube-system; with credentials, namespaces
+    # without the proxy-config Secret) and Pods changed: both sides of each rule were exercised.
+    assert 3 <= untouched < compared, untouched
+
+
+def _workload(case: Case, kind: str, name: str) -> dict[str, Any]:
+    pod = case.pod(name)
+    template: dict[str, Any] = {"metadata": {"labels": {"app": name, "table": "injection"}}, "spec": pod["spec"]}
+    if case.annotations:
+        template["metadata"]["annotations"] = dict(case.annotations)
+    metadata = {"name": name, "namespace": case.namespace, "labels": {"table": "injection"}}
+    if kind == "Deployment":
+        spec: dict[str, Any] = {"replicas": 2, "selector": {"matchLabels": {"app": name}}, "template": template}
+        return {"apiVersion": "apps/v1", "kind": kind, "metadata": metadata, "spec": spec}
+    template["spec"]["restartPolicy"] = "Never"
+    return {"apiVersion": "batch/v1", "kind": kind, "metadata": metadata, "spec": {"template": template}}
+
+
+def _template_by_transform(settings: Settings, workload: dict[str, Any]) -> dict[str, Any]:
+    """The workload's pod spec as the stack transform renders the workload (not a Pod): what the controller's Pods
+    must carry."""
+    group_version = workload["apiVersion"]
+    transform = proxy_env_transform(settings, plain_values(settings))
+    args = pulumi.ResourceTransformArgs(
+        custom=True, type_=f"kubernetes:{group_version}:{workload['kind']}", name="x",
+        props=copy.deepcopy(workload), opts=pulumi.ResourceOptions(),
+    )  # fmt: skip
+    result = transform(args)
+    props: dict[str, Any] = workload if result is None else dict(result.props)
+    spec: dict[str, Any] = props["spec"]["template"]["spec"]
+    return spec
+
+
+@pytest.mark.cluster
+def test_pods_of_a_deployment_and_a_job_made_by_the_real_controllers_get_what_the_transform_gives(
+    cluster: Cluster,
+) -> None:
+    settings = _apply_profile(cluster, "trust")
+    by_name = {case.name: case for case in cases()}
+    runs = [
+        ("Deployment", by_name["each-container-its-own"], "web"),
+        ("Deployment", by_name["runtimes-node-python"], "py-web"),
+        ("Job", by_name["init-containers"], "setup-job"),
+        ("Job", by_name["trust-opt-outs"], "trust-job"),
+    ]
+    for kind, case, name in runs:
+        workload = _workload(case, kind, name)
+        cluster.apply([workload])
+        expected = injected_parts(_template_by_transform(settings, workload))
+        count = 2 if kind == "Deployment" else 1
+
+        def made(namespace: str = case.namespace, app: str = name, n: int = count) -> bool:
+            return len(cluster.get("pods", "-n", namespace, "-l", f"app={app}")["items"]) == n
+
+        _wait(made, f"the {kind} controller's Pods of {name}")
+        pods = cluster.get("pods", "-n", case.namespace, "-l", f"app={name}")["items"]
+        for pod in pods:
+            owner = pod["metadata"]["ownerReferences"][0]["kind"]
+            assert owner == ("ReplicaSet" if kind == "Deployment" else "Job"), owner
+            assert injected_parts(pod["spec"]) == expected, (kind, name, pod["metadata"]["name"])
+        # The workload itself stays as written: admission mutates Pods, never their templates.
+        stored = cluster.get(kind.lower(), name, "-n", case.namespace)["spec"]["template"]["spec"]
+        assert injected_parts(stored) == injected_parts(workload["spec"]["template"]["spec"])
+    _delete_pods(cluster)
+
+
+@pytest.mark.cluster
+def test_no_pod_is_admitted_without_the_parameters(cluster: Cluster) -> None:
+    """parameterNotFoundAction: Deny: a Pod that would start without the proxy is refused, with the reason."""
+    _apply_profile(cluster, "trust")
+    cluster.kubectl("delete", "configmap", PARAMS_NAME, "-n", "kube-system")
+    try:
+
+        def refused() -> bool:
+            result = cluster.kubectl(
+                "create", "--dry-run=server", "-f", "-", stdin=json.dumps(_probe_pod("denied")), check=False
+            )
+            return result.returncode != 0 and "no params found for policy binding" in result.stderr
+
+        _wait(refused, "Pod creation refused without the parameter ConfigMap")
+        kube_system = _probe_pod("system")
+        kube_system["metadata"]["namespace"] = "kube-system"
+        cluster.kubectl("create", "--dry-run=server", "-f", "-", stdin=json.dumps(kube_system))
+    finally:
+        _apply_profile(cluster, "trust")
