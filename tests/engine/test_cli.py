@@ -95,8 +95,9 @@ def test_the_check_catches_a_key_declared_without_a_default(cli: Cli, tmp_path: 
 
 
 def test_the_workflows_pass_actionlint() -> None:
-    """Every workflow: the preview diffs and the image release (.github/workflows/*.yml, scripts/actionlint's default)."""
-    assert {p.name for p in (ROOT / ".github/workflows").glob("*.yml")} == {"preview.yml", "image.yml"}
+    """Every workflow: the preview diffs, the fleet's previews and updates, and the image release
+    (.github/workflows/*.yml, scripts/actionlint's default)."""
+    assert {p.name for p in (ROOT / ".github/workflows").glob("*.yml")} == {"preview.yml", "fleet.yml", "image.yml"}
     result = subprocess.run(["bash", str(ROOT / "scripts/actionlint")], capture_output=True, text=True, timeout=1200)
     assert result.returncode == 0, result.stdout + result.stderr
     broken = subprocess.run(
