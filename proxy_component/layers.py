@@ -13,11 +13,13 @@ ranges, its domain, its name). The rules, one for every key, so that nothing is 
 
 from __future__ import annotations
 
+import json
+import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .settings import SettingsError
+from .settings import Settings, SettingsError
 
 __all__ = [
     "CLUSTER",
@@ -35,6 +37,8 @@ __all__ = [
     "merge_layers",
 ]
 
+NAMESPACE = "proxy-component"
+"""The stack config's namespace (`proxy-component:...`), as the stack program reads it."""
 INSTALLATION = "installation"
 CLUSTER = "cluster"
 CLUSTER_ONLY = ("cluster",)
@@ -149,7 +153,7 @@ LAYER_KEYS = (LAYER_KEY, INSTALLATION_STACK_KEY, INSTALLATION_KEY)
 
 
 def installation_layer(
-    inline: Any, stack_name: str | None, read_outputs: Any, namespace: str = "proxy-component"
+    inline: Any, stack_name: str | None, read_outputs: Any, namespace: str = NAMESPACE
 ) -> Layer | None:
     """The installation layer a cluster stack names: inline, or the `installation` output of an installation stack.
 
@@ -222,8 +226,6 @@ def read_stack(stack: str, cwd: str | None = None, pulumi: str = "pulumi") -> La
         if not key.startswith(prefix) or not isinstance(item, Mapping):
             continue
         values[key[len(prefix) :]] = item["objectValue"] if "objectValue" in item else item.get("value")
-    from .settings import Settings
-
     settings_keys = [info.alias or name for name, info in Settings.model_fields.items()]
     data = {key: values[key] for key in settings_keys if key in values}
     if (values.get(LAYER_KEY) or CLUSTER) == INSTALLATION:
@@ -239,13 +241,7 @@ def read_stack(stack: str, cwd: str | None = None, pulumi: str = "pulumi") -> La
     return merge_layers(installation, Layer(CLUSTER, f"stack {stack}", data))
 
 
-NAMESPACE = "proxy-component"
-
-
 def _pulumi_json(argv: list[str], cwd: str | None) -> Any:
-    import json
-    import subprocess
-
     try:
         result = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=300, check=False)
     except FileNotFoundError:
