@@ -414,7 +414,7 @@ def _parser() -> argparse.ArgumentParser:
         help="manifests (default: the workload cluster's objects), helm-values PROFILE, capi (the management "
         "cluster's Secrets, ready to apply), capi-patches (the kubeadm fragments as merge patches for your own "
         "KubeadmControlPlane and KubeadmConfigTemplate, never to apply), kustomize-patch, kyverno, admission (the "
-        "MutatingAdmissionPolicy, its binding and parameter ConfigMap, ready to kubectl apply), check-rbac (the "
+        "MutatingAdmissionPolicy and its binding, ready to kubectl apply), check-rbac (the "
         "ServiceAccount and the least roles `check` runs under)",
     )
     render.add_argument("--target-kind", default="Deployment", help="kustomize-patch: the workload kind")

@@ -133,7 +133,7 @@ class InjectionSettings(TypedDict):
     """MutatingPolicy and GeneratingPolicy (policies.kyverno.io/v1, Kyverno >= 1.17), or the legacy ClusterPolicy (kyverno.io/v1) for Kyverno < 1.17. One of: MutatingPolicy, ClusterPolicy."""
 
     admission: NotRequired[pulumi.Input[bool]]
-    """Create a MutatingAdmissionPolicy, its binding and parameter ConfigMap: the API server injects the env into pods itself (Kubernetes >= 1.34; see cluster.kubernetesVersion)."""
+    """Create a MutatingAdmissionPolicy and its binding: the API server injects the env into pods itself (Kubernetes >= 1.34; see cluster.kubernetesVersion)."""
 
     trust_manager: NotRequired[pulumi.Input[bool]]
     """Create a trust-manager Bundle of its default CAs and proxy.upstream.trustedCa (needs trust-manager)."""

@@ -804,8 +804,8 @@ class InjectionSettings(_Model):
     )
     admission: bool = Field(
         default=False,
-        description="Create a MutatingAdmissionPolicy, its binding and parameter ConfigMap: the API server injects "
-        "the env into pods itself (Kubernetes >= 1.34; see cluster.kubernetesVersion).",
+        description="Create a MutatingAdmissionPolicy and its binding: the API server injects the env into pods "
+        "itself (Kubernetes >= 1.34; see cluster.kubernetesVersion).",
     )
     trust_manager: bool = Field(
         default=False,

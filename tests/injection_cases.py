@@ -13,6 +13,7 @@ import pulumi
 import yaml
 
 from proxy_component.render import plain_values
+from proxy_component.render.trust import BUNDLE_NAME
 from proxy_component.settings import Settings, parse_settings
 from proxy_component.transform import proxy_env_transform
 from tests.pki import make_ca
@@ -78,6 +79,41 @@ def cases() -> list[Case]:
     return out
 
 
+@dataclass(frozen=True)
+class EphemeralCase:
+    """Ephemeral containers added, one UPDATE of `pods/ephemeralcontainers` each, to the Pod of case `pod`."""
+
+    name: str
+    pod: str
+    containers: list[Obj]
+
+
+def ephemeral_cases() -> list[EphemeralCase]:
+    return [EphemeralCase(raw["name"], raw["pod"], raw["ephemeralContainers"]) for raw in _raw()["ephemeral"]]
+
+
+def _own_bundle(pod_spec: Obj) -> bool:
+    return any(
+        v.get("name") == BUNDLE_NAME and (v.get("configMap") or {}).get("name") == BUNDLE_NAME
+        for v in pod_spec.get("volumes") or []
+    )
+
+
+def ephemeral_transformed(settings: Settings, admitted: Obj, containers: list[Obj]) -> list[Obj]:
+    """`containers` as the stack transform renders ephemeral containers in the Pod `admitted` (as created and
+    admitted): what a container of that Pod gets, with the trust group only where the Pod has the `proxy-trust`
+    ConfigMap volume already, since a running Pod's volumes cannot change (a stand-in foreign volume of that name
+    tells the transform so, as a user's own volume would)."""
+    volumes = list(admitted["spec"].get("volumes") or [])
+    if not _own_bundle(admitted["spec"]):
+        volumes.append({"name": BUNDLE_NAME, "emptyDir": {}})
+    metadata = {k: admitted["metadata"][k] for k in ("name", "namespace", "annotations") if k in admitted["metadata"]}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata,
+           "spec": {"volumes": volumes, "ephemeralContainers": copy.deepcopy(containers)}}  # fmt: skip
+    out: list[Obj] = transformed(settings, pod)["spec"]["ephemeralContainers"]
+    return out
+
+
 def transformed(settings: Settings, pod: Obj) -> Obj:
     """The Pod as the stack transform renders it (unchanged when the transform leaves it alone)."""
     transform = proxy_env_transform(settings, plain_values(settings))
@@ -93,19 +129,22 @@ def _stored(entry: Obj) -> Obj:
     return {k: v for k, v in entry.items() if not (k == "value" and v == "")}
 
 
+def container_parts(containers: list[Obj]) -> list[Obj]:
+    """Each container's name, env (as stored) and volumeMounts, in order."""
+    return [
+        {
+            "name": c["name"],
+            "env": [_stored(e) for e in c.get("env") or []],
+            "volumeMounts": c.get("volumeMounts") or [],
+        }
+        for c in containers
+    ]
+
+
 def injected_parts(pod_spec: Obj) -> Obj:
     """What injection touches, to compare field by field and in order: each container's name, env and volumeMounts
     (by list), and the Pod's volumes as name and ConfigMap name (the API server defaults `defaultMode`)."""
-    out: Obj = {}
-    for field in FIELDS:
-        out[field] = [
-            {
-                "name": c["name"],
-                "env": [_stored(e) for e in c.get("env") or []],
-                "volumeMounts": c.get("volumeMounts") or [],
-            }
-            for c in pod_spec.get(field) or []
-        ]
+    out: Obj = {field: container_parts(pod_spec.get(field) or []) for field in FIELDS}
     out["volumes"] = [
         {"name": v["name"], "configMap": (v.get("configMap") or {}).get("name")} for v in pod_spec.get("volumes") or []
     ]

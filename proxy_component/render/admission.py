@@ -1,4 +1,4 @@
-"""Injection by the API server itself: a MutatingAdmissionPolicy, its binding and its parameter ConfigMap.
+"""Injection by the API server itself: a MutatingAdmissionPolicy and its binding.
 
 The policy carries out, in CEL at Pod CREATE, what the stack transform does to a pod spec (`render.env.additions`
 and `render.trust`): each container and initContainer that sets none of the six proxy names (in `env`, or by reading
@@ -7,25 +7,35 @@ and `render.trust`): each container and initContainer that sets none of the six 
 selection is the Pod's `runtimes.annotation` (runtimes separated by commas, or `none`), else its namespace's entry in
 `runtimes.namespaces`, else the cluster-wide flags; python picks the NO_PROXY each spelling carries.
 
-What is compiled into the CEL and what is read at admission: the values that follow the network (the proxy URLs,
-both NO_PROXY renderings, JDK_JAVA_OPTIONS, which carries the NO_PROXY as nonProxyHosts) are read from the
-parameter ConfigMap (`paramKind`), so a NO_PROXY change (a discovered range, an added entry) updates one ConfigMap
-and leaves the policy, whose CEL the API server compiles and type-checks once, as it is. What the settings decide
-(names, annotation keys, the runtimes of each namespace, the namespaces with `proxy-trust`, which variables exist)
-shapes the expressions and is compiled in: a change of those is a change of behaviour, reviewed in the policy's diff.
-With credentials the URLs are `secretKeyRef`s to each namespace's `proxy-config` Secret, so the ConfigMap holds no
-URL at all, and only namespaces with that Secret are injected.
+Why the values are compiled into the policy and not read from a parameter object (`paramKind`): kube-apiserver
+1.36 stops the informer of a built-in `paramKind` (a ConfigMap) for good, until it restarts, as soon as no binding
+names that kind for one refresh tick: deleting and re-creating the binding (a `pulumi destroy` and `up`, a rename, a
+replace), or any other policy's last binding of a ConfigMap parameter going away, leaves the API server without the
+parameter, and with `parameterNotFoundAction: Deny` every Pod creation outside the excluded namespaces is refused,
+or with the stale parameter it injects values that no longer exist (kubernetes/kubernetes#130887, #133827; the fix,
+#141015, is open). `tests/engine/test_admission_live.py` reproduces it on the test cluster's kube-apiserver 1.36.3.
+So each value that follows the network (the proxy URLs, both NO_PROXY renderings, JDK_JAVA_OPTIONS) is one CEL
+variable of its own, a string literal (`variables.noProxy`, ...), and the expressions that place it never change
+with it: a NO_PROXY change updates one object, the policy, in one variable, which is what `pulumi preview --diff`
+shows; the API server recompiles the policy within a second. With credentials the URLs are `secretKeyRef`s to each
+namespace's `proxy-config` Secret, so the policy holds no URL at all, and only namespaces with that Secret are
+injected.
 
 The binding leaves out `injection.excludeNamespaces` and the proxy's own namespace (whose Pods the DaemonSet
 controller creates, never the stack transform); a Pod annotated `<optOutAnnotation>: "false"` is left out by a match
-condition. `failurePolicy: Fail` and `parameterNotFoundAction: Deny`: the API server runs the policy in process, so
-there is no webhook whose outage it would have to ride out; a failure is a Pod that would start without the proxy,
-and is refused with the CEL error instead. Ephemeral containers (added through `pods/ephemeralcontainers`, never at
-CREATE) are not matched.
+condition. `failurePolicy: Fail`: the API server runs the policy in process, so there is no webhook whose outage it
+would have to ride out; a failure is a Pod that would start without the proxy, and is refused with the CEL error
+instead.
+
+Ephemeral containers (`kubectl debug`) are added to a running Pod by an UPDATE of `pods/ephemeralcontainers`, never
+at CREATE: the policy matches that subresource too and gives each container the request adds what a container of
+that Pod gets, with the trust group only when the Pod has this `proxy-trust` volume already (a running Pod's volumes
+cannot change). The Pod's other ephemeral containers, which the API server keeps immutable, are left alone.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -43,11 +53,11 @@ from .trust import (
 )
 
 __all__ = [
-    "PARAMS_NAME",
     "POLICY_NAME",
+    "VALUE_VARIABLES",
+    "Text",
     "admission_api_version",
     "admission_objects",
-    "admission_params",
     "admission_policy",
     "admission_policy_binding",
     "cel_literal",
@@ -57,13 +67,33 @@ __all__ = [
 ]
 
 Obj = dict[str, Any]
+# Turns the values into a string with `build` (an `apply` where they are Outputs).
+Text = Callable[[Callable[[ProxyValues], str], ProxyValues], Any]
 
 POLICY_NAME = "proxy-component-inject-env"
-PARAMS_NAME = "proxy-component-admission"
-JAVA_TRUSTED = "JDK_JAVA_OPTIONS_TRUSTED"  # the params key of JDK_JAVA_OPTIONS for a container with the trust group
+JAVA_TRUSTED = "JDK_JAVA_OPTIONS_TRUSTED"  # the key of JDK_JAVA_OPTIONS for a container with the trust group
+# Each value that follows the network, by key of `values_data`, and the CEL variable that holds it as a literal.
+VALUE_VARIABLES = {
+    "HTTP_PROXY": "httpProxy",
+    "HTTPS_PROXY": "httpsProxy",
+    "NO_PROXY": "noProxy",
+    NO_PROXY_PYTHON: "noProxyPython",
+    JDK_JAVA_OPTIONS: "jdkJavaOptions",
+    JAVA_TRUSTED: "jdkJavaOptionsTrusted",
+}
 NAMESPACE_LABEL = "kubernetes.io/metadata.name"
 FIELDS = ("containers", "initContainers")
+EPHEMERAL = "ephemeralContainers"
 POD_CREATE: Obj = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}
+# `kubectl debug` adds an ephemeral container to a running Pod by an UPDATE of this subresource, never at CREATE.
+POD_EPHEMERAL: Obj = {
+    "apiGroups": [""],
+    "apiVersions": ["v1"],
+    "operations": ["UPDATE"],
+    "resources": ["pods/ephemeralcontainers"],
+}
+TRUST = "variables.trust"
+EPHEMERAL_TRUST = "variables.ephemeralTrust"
 
 
 def admission_api_version(settings: Settings) -> str:
@@ -102,23 +132,12 @@ def _java_rendered(values: ProxyValues) -> bool:
     return values.java_options is not None
 
 
-def admission_params(settings: Settings, values: ProxyValues) -> Obj:
-    """The parameter ConfigMap: the values that follow the network, read by the policy at admission (no credential:
-    with credentials the URLs are `secretKeyRef`s, and the ConfigMap holds none)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": PARAMS_NAME,
-            "namespace": settings.deployment.namespace,
-            "labels": {"app.kubernetes.io/part-of": "proxy-component", "app.kubernetes.io/component": "admission"},
-        },
-        "data": values_data(settings, values),
-    }
+def _call(build: Callable[[ProxyValues], str], values: ProxyValues) -> str:
+    return build(values)
 
 
 def values_data(settings: Settings, values: ProxyValues) -> Obj:
-    """The parameters by key: the proxy URLs (none with credentials), both NO_PROXY renderings, JDK_JAVA_OPTIONS."""
+    """The values by key: the proxy URLs (none with credentials), both NO_PROXY renderings, JDK_JAVA_OPTIONS."""
     data: Obj = {}
     if not settings.has_credentials:
         data["HTTP_PROXY"] = values.http_proxy
@@ -153,16 +172,18 @@ def _selection(settings: Settings) -> str:
     )
 
 
-Value = Callable[[str], str]  # a key of the parameters -> the CEL that gives its value
+def _value(key: str) -> str:
+    return f"variables.{VALUE_VARIABLES[key]}"
 
 
-def _params(key: str) -> str:
-    return f"params.data[{cel_literal(key)}]"
+def _literal(settings: Settings, key: str, values: ProxyValues) -> str:
+    return cel_literal(values_data(settings, values)[key])
 
 
-def _entries(settings: Settings, values: ProxyValues, java_key: str, value: Value) -> str:
-    """The env a container gets for its Pod's selection (`variables.selected`), as `env_pairs` orders it; `value`
-    spells a parameter's value (read from `params`, or a literal)."""
+def _entries(settings: Settings, values: ProxyValues, java_key: str) -> str:
+    """The env a container gets for its Pod's selection (`variables.selected`), as `env_pairs` orders it, each value
+    read from its variable."""
+    value = _value
     spelled = dict(zip(ENV_NAMES[4:], zip(*(NO_PROXY_SPELLINGS[p] for p in (False, True)), strict=True), strict=True))
     keys = {"full": "NO_PROXY", "python": NO_PROXY_PYTHON}
     items = []
@@ -202,37 +223,45 @@ def _sets_proxy_names(c: str) -> str:
     )
 
 
-def _receives_trust(c: str) -> str:
+def _receives_trust(c: str, trust: str = TRUST) -> str:
     mount = f"^{MOUNT_PATH}/*$"
     return (
-        f"(variables.trust && !({_has(f'{c}.env')} && {c}.env.exists(e, e.name in {cel_literal(list(TRUST_NAMES))})) && "
+        f"({trust} && !({_has(f'{c}.env')} && {c}.env.exists(e, e.name in {cel_literal(list(TRUST_NAMES))})) && "
         f"!({_has(f'{c}.volumeMounts')} && {c}.volumeMounts.exists(m, m.name == {cel_literal(BUNDLE_NAME)} || "
         f"m.mountPath.matches({cel_literal(mount)}))))"
     )
 
 
-def _added(c: str, trust: bool) -> str:
+def _added(c: str, trust: bool, var: str = TRUST) -> str:
     """The env entries container `c` gets after its own: `additions`, then the trust variables."""
-    entries = f"({_receives_trust(c)} ? variables.trustedEntries : variables.entries)" if trust else "variables.entries"
+    receives = _receives_trust(c, var)
+    entries = f"({receives} ? variables.trustedEntries : variables.entries)" if trust else "variables.entries"
     unset = f"{entries}.filter(x, !({_has(f'{c}.env')} && {c}.env.exists(e, e.name == x.name)))"
     added = f"({_sets_proxy_names(c)} ? [] : {unset})"
-    return f"{added} + ({_receives_trust(c)} ? {cel_literal(trust_env_vars())} : [])" if trust else added
+    return f"{added} + ({receives} ? {cel_literal(trust_env_vars())} : [])" if trust else added
 
 
 def _patches(field: str, trust: bool) -> str:
     """JSON patches for one container list: each container's whole `env` (its own entries, then the added ones),
-    and the trust mount after its own mounts."""
+    and the trust mount after its own mounts. Ephemeral containers: only those the request adds (the Pod's others
+    are immutable), and the trust group only where the Pod has this `proxy-trust` volume already (a running Pod's
+    volumes cannot change)."""
     c = "c"
+    var = EPHEMERAL_TRUST if field == EPHEMERAL else TRUST
     index = f"string(object.spec.{field}.map(x, x.name).indexOf({c}.name))"
     path = f"'/spec/{field}/' + {index}"
+    new = ""
+    if field == EPHEMERAL:
+        old = f"oldObject.spec.{field}"
+        new = f"!(has({old}) && {old}.exists(o, o.name == {c}.name)) && "
     patches = (
-        f"object.spec.{field}.filter({c}, size({_added(c, trust)}) > 0).map({c}, JSONPatch{{op: 'add', "
-        f"path: {path} + '/env', value: dyn({_has(f'{c}.env')} ? {c}.env : []) + {_added(c, trust)}}})"
+        f"object.spec.{field}.filter({c}, {new}size({_added(c, trust, var)}) > 0).map({c}, JSONPatch{{op: 'add', "
+        f"path: {path} + '/env', value: dyn({_has(f'{c}.env')} ? {c}.env : []) + {_added(c, trust, var)}}})"
     )
     if trust:
         mount = cel_literal(trust_volume_mount())
         patches += (
-            f" + object.spec.{field}.filter({c}, {_receives_trust(c)}).map({c}, {_has(f'{c}.volumeMounts')} ? "
+            f" + object.spec.{field}.filter({c}, {new}{_receives_trust(c, var)}).map({c}, {_has(f'{c}.volumeMounts')} ? "
             f"JSONPatch{{op: 'add', path: {path} + '/volumeMounts/-', value: {mount}}} : "
             f"JSONPatch{{op: 'add', path: {path} + '/volumeMounts', value: [{mount}]}})"
         )
@@ -263,10 +292,11 @@ def _trust(settings: Settings, cloned: bool) -> str:
 
 
 def pod_mutation(
-    settings: Settings, values: ProxyValues, value: Value = _params, cloned: bool = False
+    settings: Settings, values: ProxyValues, text: Text = _call, cloned: bool = False
 ) -> tuple[list[Obj], list[Obj], str]:
     """The match conditions, variables and JSON-patch expression of the Pod mutation, shared by the
-    MutatingAdmissionPolicy (`value` reads `params`) and Kyverno's MutatingPolicy (literals). `cloned`: Kyverno's
+    MutatingAdmissionPolicy and Kyverno's MutatingPolicy: the values first, one literal variable each (`text` makes
+    each, an `apply` where the values are Outputs), then the expressions that place them. `cloned`: Kyverno's
     GeneratingPolicy clones `proxy-config` and `proxy-trust` into every namespace, so every namespace has them."""
     injection = settings.injection
     key = cel_literal(injection.opt_out_annotation)
@@ -285,31 +315,40 @@ def pod_mutation(
             }
         )
     variables = [
+        {"name": VALUE_VARIABLES[key], "expression": text(functools.partial(_literal, settings, key), values)}
+        for key in values_data(settings, values)
+    ]
+    variables += [
         {"name": "selected", "expression": _selection(settings)},
         {"name": "python", "expression": "'python' in variables.selected"},
-        {"name": "entries", "expression": _entries(settings, values, JDK_JAVA_OPTIONS, value)},
+        {"name": "entries", "expression": _entries(settings, values, JDK_JAVA_OPTIONS)},
     ]
     trust = settings.trusted_ca is not None
     if trust:
         java = JAVA_TRUSTED if values.java_trust_options is not None else JDK_JAVA_OPTIONS
+        own = (
+            f"has(object.spec.volumes) && object.spec.volumes.exists(v, v.name == {cel_literal(BUNDLE_NAME)} && "
+            f"{_has('v.configMap.name')} && v.configMap.name == {cel_literal(BUNDLE_NAME)})"
+        )
         variables += [
-            {"name": "trustedEntries", "expression": _entries(settings, values, java, value)},
+            {"name": "trustedEntries", "expression": _entries(settings, values, java)},
             {"name": "trust", "expression": _trust(settings, cloned)},
+            {"name": "ephemeralTrust", "expression": f"{TRUST} && {own}"},
         ]
-    patches = "\n+ ".join([*(_patches(f, trust) for f in FIELDS), *([_volume_patch()] if trust else [])])
+    create = "\n+ ".join([*(_patches(f, trust) for f in FIELDS), *([_volume_patch()] if trust else [])])
+    patches = f"request.subResource == 'ephemeralcontainers'\n? {_patches(EPHEMERAL, trust)}\n: {create}"
     return conditions, variables, patches
 
 
-def admission_policy(settings: Settings, values: ProxyValues) -> Obj:
-    """The MutatingAdmissionPolicy; `values` decide only which variables exist (their values are the params')."""
-    conditions, variables, patches = pod_mutation(settings, values)
+def admission_policy(settings: Settings, values: ProxyValues, text: Text = _call) -> Obj:
+    """The MutatingAdmissionPolicy; `text` makes each value's literal (an `apply` where the values are Outputs)."""
+    conditions, variables, patches = pod_mutation(settings, values, text)
     return {
         "apiVersion": admission_api_version(settings),
         "kind": "MutatingAdmissionPolicy",
         "metadata": {"name": POLICY_NAME, "labels": {"app.kubernetes.io/part-of": "proxy-component"}},
         "spec": {
-            "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
-            "matchConstraints": {"resourceRules": [POD_CREATE]},
+            "matchConstraints": {"resourceRules": [POD_CREATE, POD_EPHEMERAL]},
             "matchConditions": conditions,
             "variables": variables,
             "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": patches}}],
@@ -320,7 +359,7 @@ def admission_policy(settings: Settings, values: ProxyValues) -> Obj:
 
 
 def admission_policy_binding(settings: Settings) -> Obj:
-    """The binding: the policy with its parameter ConfigMap, for every namespace outside `excluded_namespaces`."""
+    """The binding: the policy for every namespace outside `excluded_namespaces`."""
     match: Obj = {}
     excluded = excluded_namespaces(settings)
     if excluded:
@@ -333,16 +372,11 @@ def admission_policy_binding(settings: Settings) -> Obj:
         "metadata": {"name": POLICY_NAME, "labels": {"app.kubernetes.io/part-of": "proxy-component"}},
         "spec": {
             "policyName": POLICY_NAME,
-            "paramRef": {
-                "name": PARAMS_NAME,
-                "namespace": settings.deployment.namespace,
-                "parameterNotFoundAction": "Deny",
-            },
             "matchResources": match,
         },
     }
 
 
-def admission_objects(settings: Settings, values: ProxyValues) -> list[Obj]:
-    """The parameter ConfigMap, the policy and its binding, in the order to apply them."""
-    return [admission_params(settings, values), admission_policy(settings, values), admission_policy_binding(settings)]
+def admission_objects(settings: Settings, values: ProxyValues, text: Text = _call) -> list[Obj]:
+    """The policy and its binding, in the order to apply them."""
+    return [admission_policy(settings, values, text), admission_policy_binding(settings)]

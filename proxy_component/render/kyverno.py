@@ -2,9 +2,9 @@
 (`policies.kyverno.io/v1`, Kyverno >= 1.17), with `injection.kyvernoPolicy: ClusterPolicy` the legacy
 ClusterPolicy (`kyverno.io/v1`) for Kyverno < 1.17, which Kyverno 1.17 deprecated.
 
-The MutatingPolicy carries the same CEL as the MutatingAdmissionPolicy (`render.admission.pod_mutation`): the
-values are literals (Kyverno has no `paramKind`), and with credentials or a trusted CA every namespace is injected,
-since a GeneratingPolicy clones `proxy-config` and `proxy-trust` from the proxy's namespace into each of them
+The MutatingPolicy carries the same CEL as the MutatingAdmissionPolicy (`render.admission.pod_mutation`), the
+`pods/ephemeralcontainers` subresource (`kubectl debug`) included: the values are literals (Kyverno has no
+`paramKind`), and with credentials or a trusted CA every namespace is injected, since a GeneratingPolicy clones `proxy-config` and `proxy-trust` from the proxy's namespace into each of them
 (`synchronize` and `generateExisting` on). Autogen is off: Pods only, so workload specs in Git stay as written.
 `failurePolicy: Ignore`: Kyverno is a webhook, and a Pod created without the env while it is down beats every Pod
 creation in the cluster failing.
@@ -36,13 +36,12 @@ JDK_JAVA_OPTIONS then names the truststore too.
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Callable
 from typing import Any
 
 from ..settings import RUNTIMES, Runtime, Settings
-from .admission import POD_CREATE, cel_literal, excluded_namespaces, pod_mutation, values_data
+from .admission import POD_CREATE, POD_EPHEMERAL, Text, cel_literal, excluded_namespaces, pod_mutation
 from .env import CONFIG_NAME, ENV_NAMES, RUNTIME_VARIABLES, ProxyValues, pod_env
 from .trust import BUNDLE_NAME, MOUNT_PATH, TRUST_NAMES, trust_env_vars, trust_volume, trust_volume_mount
 
@@ -63,7 +62,6 @@ POLICY_NAME = "proxy-component-inject-env"
 CLONE_CONFIG_NAME = "proxy-component-clone-proxy-config"
 CLONE_TRUST_NAME = "proxy-component-clone-proxy-trust"
 POLICIES_API = "policies.kyverno.io/v1"
-Text = Callable[[Callable[[ProxyValues], str], ProxyValues], Any]
 
 
 def _call(build: Callable[[ProxyValues], str], values: ProxyValues) -> str:
@@ -79,17 +77,8 @@ def _metadata(name: str, title: str, description: str) -> Obj:
 
 
 def mutating_policy(settings: Settings, values: ProxyValues, text: Text = _call) -> Obj:
-    """The MutatingPolicy; `text` turns the values into each variable's CEL (an `apply` for Outputs)."""
-    conditions, shape, patches = pod_mutation(settings, values, cloned=True)
-
-    def expression(index: int, plain: ProxyValues) -> str:
-        data = values_data(settings, plain)
-        variables = pod_mutation(settings, plain, lambda key: cel_literal(data[key]), cloned=True)[1]
-        return str(variables[index]["expression"])
-
-    variables = [
-        {"name": v["name"], "expression": text(functools.partial(expression, i), values)} for i, v in enumerate(shape)
-    ]
+    """The MutatingPolicy; `text` turns the values into their variables' literals (an `apply` for Outputs)."""
+    conditions, variables, patches = pod_mutation(settings, values, text, cloned=True)
     excluded = excluded_namespaces(settings)
     if excluded:  # a condition, not a namespaceSelector: Kyverno's own CLI and controllers read it the same way
         conditions = [
@@ -106,7 +95,7 @@ def mutating_policy(settings: Settings, values: ProxyValues, text: Text = _call)
             "and the runtime variables its Pod selects, outside the excluded namespaces and unless the Pod opts out.",
         ),
         "spec": {
-            "matchConstraints": {"resourceRules": [POD_CREATE]},
+            "matchConstraints": {"resourceRules": [POD_CREATE, POD_EPHEMERAL]},
             "matchConditions": conditions,
             "variables": variables,
             "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": patches}}],

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..settings import Settings, SettingsError
-from .admission import admission_params, admission_policy, admission_policy_binding
+from .admission import admission_policy, admission_policy_binding
 from .capi import (
     TKG_ADDONS,
     cluster_values_secret,
@@ -160,13 +160,12 @@ def plan(settings: Settings, inputs: PlanInputs) -> list[Planned]:
         planned.append(Planned("kyverno-mutating-policy", "-kyverno-mutating-policy", mutating))
     if settings.injection.admission:
         planned += [
-            Planned("admission-params", "-admission-params", admission_params(settings, inputs.values)),
-            Planned("admission-policy", "-admission-policy", admission_policy(settings, inputs.values)),
+            Planned("admission-policy", "-admission-policy", admission_policy(settings, inputs.values, inputs.text)),
             Planned(
                 "admission-binding",
                 "-admission-binding",
                 admission_policy_binding(settings),
-                depends_on=("admission-params", "admission-policy"),
+                depends_on=("admission-policy",),
             ),
         ]
     if settings.injection.trust_manager:

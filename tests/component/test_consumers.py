@@ -172,11 +172,13 @@ def test_capi_uses_the_upstream_for_nodes_and_the_service_for_pods(mocked: Harne
     assert config["HTTP_PROXY"] == "http://http-proxy.kube-system.svc.cluster.local:8888"
     policy = registered["egress-kyverno-mutating-policy"]
     assert policy.typ == "kubernetes:policies.kyverno.io/v1:MutatingPolicy"
-    assert [v["name"] for v in policy.inputs["spec"]["variables"]] == ["selected", "python", "entries"]
-    assert (
-        "'value': dyn('http://http-proxy.kube-system.svc.cluster.local:8888')"
-        in policy.inputs["spec"]["variables"][2]["expression"]
-    ), "Kyverno has no paramKind: the values are literals in the CEL"
+    variables = {v["name"]: v["expression"] for v in policy.inputs["spec"]["variables"]}
+    assert list(variables) == [
+        "httpProxy", "httpsProxy", "noProxy", "noProxyPython", "jdkJavaOptions", "selected", "python", "entries"
+    ]  # fmt: skip
+    # The values are literals of their own variables (an Output resolved by the mocks), which the entries read.
+    assert variables["httpProxy"] == "'http://http-proxy.kube-system.svc.cluster.local:8888'"
+    assert "'value': dyn(variables.httpProxy)" in variables["entries"]
     assert not any(name.startswith("egress-kyverno-clone") for name in registered), "no credentials, no trusted CA"
 
 
@@ -192,10 +194,8 @@ def test_with_credentials_the_mutating_policy_reads_the_cloned_secret_and_carrie
     )
     policy = registered["egress-kyverno-mutating-policy"]
     assert PASSWORD not in repr(policy.inputs)
-    assert (
-        "'valueFrom': dyn({'secretKeyRef': dyn({'name': dyn('proxy-config'), 'key': dyn('HTTP_PROXY')})})"
-        in policy.inputs["spec"]["variables"][2]["expression"]
-    )
+    entries = next(v["expression"] for v in policy.inputs["spec"]["variables"] if v["name"] == "entries")
+    assert "'valueFrom': dyn({'secretKeyRef': dyn({'name': dyn('proxy-config'), 'key': dyn('HTTP_PROXY')})})" in entries
 
 
 def test_an_unknown_helm_profile_is_refused_before_anything_is_created(mocked: Harness) -> None:

@@ -1,11 +1,7 @@
 """Injection by the API server under the real engine (pytest -m "engine and cluster"), on a test cluster of its own
-(tests/engine/test_admission_live.py's): `pulumi up` applies the policy, binding and parameter ConfigMap (and Kyverno's
-MutatingPolicy, which the API server checks against Kyverno's CRD schema), and a NO_PROXY change updates the
-parameters only, which the next Pods get.
-
-A cluster of its own: on kube-apiserver 1.36.3, after the policy, binding and ConfigMap that the table tests applied
-with kubectl were deleted and then created again by `pulumi up`, Pod creation kept being refused with "no params
-found for policy binding" for the 90 s the test waited (seen twice in the lane; not investigated further yet).
+(tests/engine/test_admission_live.py's): `pulumi up` applies the policy and its binding (and Kyverno's MutatingPolicy,
+which the API server checks against Kyverno's CRD schema), and a NO_PROXY change updates the policy's NO_PROXY
+variables only, in place, which the next Pods get.
 """
 
 from __future__ import annotations
@@ -15,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from proxy_component.render.admission import PARAMS_NAME, POLICY_NAME
+from proxy_component.render.admission import POLICY_NAME, VALUE_VARIABLES
 from proxy_component.settings import Settings, parse_settings
 
 from .conftest import changes
@@ -35,13 +31,12 @@ ENGINE_SETTINGS: dict[str, Any] = {
 
 @pytest.mark.engine
 @pytest.mark.cluster
-def test_pulumi_up_applies_the_policy_and_a_no_proxy_change_updates_only_the_parameters(
+def test_pulumi_up_applies_the_policy_and_a_no_proxy_change_updates_only_its_no_proxy_variables(
     project_factory: Any, cluster: Cluster
 ) -> None:
     ns = "proxy-component"
     for kind in ("mutatingadmissionpolicybinding", "mutatingadmissionpolicy"):
         cluster.kubectl("delete", kind, POLICY_NAME, "--ignore-not-found")
-    cluster.kubectl("delete", "configmap", PARAMS_NAME, "-n", "kube-system", "--ignore-not-found")
     project = project_factory(".", "admission", "admission")
     (project.dir / "Pulumi.dev.yaml").unlink()
     project.init()
@@ -53,29 +48,39 @@ def test_pulumi_up_applies_the_policy_and_a_no_proxy_change_updates_only_the_par
     policy = cluster.get("mutatingadmissionpolicy", POLICY_NAME)
     assert cluster.get("mutatingpolicies.policies.kyverno.io", POLICY_NAME)["spec"]["failurePolicy"] == "Ignore"
     binding = cluster.get("mutatingadmissionpolicybinding", POLICY_NAME)
-    assert binding["spec"]["paramRef"]["name"] == PARAMS_NAME
-    params = cluster.get("configmap", PARAMS_NAME, "-n", "kube-system")["data"]
+    assert "paramRef" not in binding["spec"]
     settings = profile_like(ENGINE_SETTINGS)
     _in_force(cluster, settings)
     env = {e["name"]: e["value"] for e in _admitted_env(cluster) or []}
-    assert env["NO_PROXY"] == params["NO_PROXY"] == project.outputs()["noProxy"]
+    assert env["NO_PROXY"] == project.outputs()["noProxy"]
 
     project.config(f"{ns}:proxy", {"noProxy": [".corp.example"]})
-    preview = changes(project.preview_json())
-    # NO_PROXY moves the parameters (and team-a's proxy-config): updates only, and the policy and its binding stay.
-    # Kyverno's MutatingPolicy carries the values as literals: it is updated too, in place.
-    assert preview == {
-        "update": ["admission-admission-params", "admission-kyverno-mutating-policy", "admission-proxy-config-team-a"]
+    preview = project.preview_json()
+    # NO_PROXY moves the policies' NO_PROXY variables (and team-a's proxy-config): updates only, in place; the binding
+    # stays. Kyverno's MutatingPolicy carries the same variables.
+    assert changes(preview) == {
+        "update": ["admission-admission-policy", "admission-kyverno-mutating-policy", "admission-proxy-config-team-a"]
     }, preview
+    names = [v["name"] for v in policy["spec"]["variables"]]
+    moved = {
+        f"spec.variables[{names.index(VALUE_VARIABLES[k])}].expression"
+        for k in ("NO_PROXY", "NO_PROXY_PYTHON", "JDK_JAVA_OPTIONS")
+    }
+    for step in preview["steps"]:
+        if step["op"] == "update" and "policy" in step["urn"].rsplit("::", 1)[-1]:
+            assert step.get("detailedDiff"), step
+            assert set(step["detailedDiff"]) <= moved, step["detailedDiff"]
     project.up()
     changed = profile_like({**ENGINE_SETTINGS, "proxy": {"noProxy": [".corp.example"]}})
     _in_force(cluster, changed)
     env = {e["name"]: e["value"] for e in _admitted_env(cluster) or []}
     assert env["NO_PROXY"].endswith(",.corp.example"), env["NO_PROXY"]
     assert (
-        cluster.get("mutatingadmissionpolicy", POLICY_NAME)["metadata"]["generation"]
-        == policy["metadata"]["generation"]
+        cluster.get("mutatingadmissionpolicybinding", POLICY_NAME)["metadata"]["generation"]
+        == binding["metadata"]["generation"]
     )
+    updated = cluster.get("mutatingadmissionpolicy", POLICY_NAME)
+    assert updated["metadata"]["uid"] == policy["metadata"]["uid"], "updated in place, never replaced"
     project.run("destroy", "--yes", "--skip-preview")
     assert cluster.kubectl("get", "mutatingadmissionpolicy", POLICY_NAME, check=False).returncode != 0
 

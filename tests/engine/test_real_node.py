@@ -493,3 +493,43 @@ def test_chained_to_an_upstream_with_credentials_from_the_secret(real: RealNode,
     }
     upstream_log = (real.workdir / "upstream.log").read_text()
     assert "origin.example" in upstream_log
+
+
+def test_a_pod_mutated_by_the_admission_policy_runs_on_the_real_node_and_reaches_the_origin(
+    real: RealNode, example: Project
+) -> None:
+    """injection.admission by `pulumi up`: a Pod written with no proxy variable at all is given them by the API server
+    (the MutatingAdmissionPolicy, its parameters read at admission), runs on the real node and reaches the IPv4-only
+    origin through the proxy; a Pod that opts out is left alone and cannot."""
+    settings = _settings()
+    settings["injection"] = {"admission": True}
+    (example.dir / "proxy.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
+    example.up()
+    probe = yaml.safe_dump(_pod("probe", real.node, real.tool.parent, ["true"], env_from=False))
+
+    def in_force() -> bool:  # the API server loads a new policy within moments
+        out = real.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", stdin=probe, check=False)
+        return bool(out) and "env" in json.loads(out)["spec"]["containers"][0]
+
+    wait(in_force, "the admission policy in force", timeout=60)
+    for name, opt_out in (("mutated", False), ("opted-out", True)):
+        pod = _pod(name, real.node, real.tool.parent, ["sleep", "86400"], env_from=False)
+        if opt_out:
+            pod["metadata"]["annotations"] = {"proxy-component.io/inject": "false"}
+        real.kubectl("create", "-f", "-", stdin=yaml.safe_dump(pod))
+    real.kubectl("-n", "default", "wait", "--for=condition=Ready", "pod/mutated", "pod/opted-out", "--timeout=120s",
+                 timeout=150)  # fmt: skip
+    env = {
+        e["name"]: e.get("value") for e in real.get("pod", "mutated", "-n", "default")["spec"]["containers"][0]["env"]
+    }
+    proxy = "http://http-proxy.kube-system.svc.k8s.internal:8888"
+    assert env["HTTP_PROXY"] == env["https_proxy"] == proxy, env
+    assert "fd00::/8" in env["NO_PROXY"].split(","), env
+    assert "env" not in real.get("pod", "opted-out", "-n", "default")["spec"]["containers"][0]
+    assert real.fetch("mutated", "http://origin.example/admitted", "https://origin.example/admitted") == {
+        "http://origin.example/admitted": f"ok 200 origin saw /admitted from {NODE_ON_INTERNET}",
+        "https://origin.example/admitted": f"ok 200 origin-tls saw /admitted from {NODE_ON_INTERNET}",
+    }
+    (answer,) = real.fetch("opted-out", "http://origin.example/").values()
+    assert answer.startswith("error "), answer
+    assert "unreachable" in answer, answer

@@ -1,4 +1,4 @@
-"""The MutatingAdmissionPolicy rendering: its API version, what it reads from the parameters, where it applies.
+"""The MutatingAdmissionPolicy rendering: its API version, where the values are, where it applies.
 
 What it injects is proven against the real kube-apiserver over the shared table (tests/engine/test_admission_live.py);
 these hold the parts a reader of the YAML relies on."""
@@ -16,13 +16,13 @@ from kubernetes.client import V1APIResource, V1APIResourceList
 
 from proxy_component.render import manifests, plain_values
 from proxy_component.render.admission import (
-    PARAMS_NAME,
     POLICY_NAME,
+    VALUE_VARIABLES,
     admission_api_version,
     admission_objects,
-    admission_params,
     admission_policy,
     admission_policy_binding,
+    cel_literal,
 )
 from proxy_component.settings import SettingsError, parse_settings
 
@@ -49,7 +49,6 @@ def test_the_api_version_follows_the_clusters_kubernetes_version(version: str | 
     assert admission_api_version(settings) == api
     objects = admission_objects(settings, plain_values(settings))
     assert [(o["apiVersion"], o["kind"]) for o in objects] == [
-        ("v1", "ConfigMap"),
         (api, "MutatingAdmissionPolicy"),
         (api, "MutatingAdmissionPolicyBinding"),
     ]
@@ -74,34 +73,44 @@ def test_a_kubernetes_version_that_is_none_is_refused(bad: str) -> None:
     )
 
 
-def test_values_that_follow_the_network_are_parameters_and_the_policy_reads_them() -> None:
+def _values_of(policy: dict[str, Any]) -> dict[str, str]:
+    names = set(VALUE_VARIABLES.values())
+    return {v["name"]: v["expression"] for v in policy["spec"]["variables"] if v["name"] in names}
+
+
+def test_each_value_that_follows_the_network_is_one_literal_variable_and_nothing_else_holds_it() -> None:
     settings = _settings(runtimes={"java": True}, cluster={"podCidrs": ["10.244.0.0/16", "fd00::/48"]})
     values = plain_values(settings)
-    params = admission_params(settings, values)
-    assert params["metadata"] == {
-        "name": PARAMS_NAME,
-        "namespace": "kube-system",
-        "labels": {"app.kubernetes.io/part-of": "proxy-component", "app.kubernetes.io/component": "admission"},
+    policy = admission_policy(settings, values)
+    assert "paramKind" not in policy["spec"]
+    assert "paramRef" not in admission_policy_binding(settings)["spec"]
+    assert _values_of(policy) == {
+        "httpProxy": cel_literal(settings.http_proxy),
+        "httpsProxy": cel_literal(settings.https_proxy),
+        "noProxy": cel_literal(str(settings.no_proxy())),
+        "noProxyPython": cel_literal(values.no_proxy_python),
+        "jdkJavaOptions": cel_literal(values.java_options),
     }
-    assert params["data"] == {
-        "HTTP_PROXY": settings.http_proxy,
-        "HTTPS_PROXY": settings.https_proxy,
-        "NO_PROXY": str(settings.no_proxy()),
-        "NO_PROXY_PYTHON": values.no_proxy_python,
-        "JDK_JAVA_OPTIONS": values.java_options,
-    }
-    policy = yaml.safe_dump(admission_policy(settings, values))
-    for value in params["data"].values():
-        assert value not in policy, "a value of the parameters is compiled into the CEL"
-    # A NO_PROXY change moves the parameters only: the policy and binding are the same bytes.
+    # The values come first, and the expressions that place them read the variables, never a copy of a value.
+    names = [v["name"] for v in policy["spec"]["variables"]]
+    assert names[:5] == ["httpProxy", "httpsProxy", "noProxy", "noProxyPython", "jdkJavaOptions"]
+    rest = yaml.safe_dump([policy["spec"]["variables"][5:], policy["spec"]["mutations"]])
+    for literal in _values_of(policy).values():
+        assert literal[1:-1] not in rest
+    # A NO_PROXY change moves the NO_PROXY variables alone (and JDK_JAVA_OPTIONS, which carries it): the same
+    # policy otherwise, the same binding.
     other = _settings(runtimes={"java": True}, cluster={"podCidrs": ["10.244.0.0/16", "fd00::/48"]},
                       proxy={"noProxy": [".corp.example"]})  # fmt: skip
-    assert admission_policy(other, plain_values(other)) == admission_policy(settings, values)
+    changed = admission_policy(other, plain_values(other))
+    moved = {k for k, v in _values_of(changed).items() if _values_of(policy)[k] != v}
+    assert moved == {"noProxy", "noProxyPython", "jdkJavaOptions"}
+    for key in moved:
+        changed["spec"]["variables"][names.index(key)] = policy["spec"]["variables"][names.index(key)]
+    assert changed == policy
     assert admission_policy_binding(other) == admission_policy_binding(settings)
-    assert admission_params(other, plain_values(other)) != params
 
 
-def test_with_credentials_the_parameters_hold_no_url_and_only_namespaces_with_the_secret_are_injected() -> None:
+def test_with_credentials_the_policy_holds_no_url_and_only_namespaces_with_the_secret_are_injected() -> None:
     settings = _settings(
         proxy={"httpProxy": "http://u:hunter2@proxy.corp:3128"}, deployment={"enabled": False}, namespaces=["apps"]
     )
@@ -109,15 +118,15 @@ def test_with_credentials_the_parameters_hold_no_url_and_only_namespaces_with_th
     text = yaml.safe_dump_all(objects)
     assert "hunter2" not in text
     assert "proxy.corp" not in text
-    params, policy, _ = objects
-    assert set(params["data"]) == {"NO_PROXY", "NO_PROXY_PYTHON"}
+    policy, _ = objects
+    assert set(_values_of(policy)) == {"noProxy", "noProxyPython"}
     assert policy["spec"]["matchConditions"][1] == {
         "name": "has-proxy-config-secret",
         "expression": "request.namespace in ['apps']",
     }
     assert (
         "'secretKeyRef': dyn({'name': dyn('proxy-config'), 'key': dyn('HTTPS_PROXY')})"
-        in policy["spec"]["variables"][2]["expression"]
+        in policy["spec"]["variables"][4]["expression"]
     )
 
 
@@ -129,7 +138,6 @@ def test_the_binding_leaves_out_the_excluded_namespaces_and_the_proxys_own() -> 
     binding = admission_policy_binding(settings)
     assert binding["spec"] == {
         "policyName": POLICY_NAME,
-        "paramRef": {"name": PARAMS_NAME, "namespace": "egress", "parameterNotFoundAction": "Deny"},
         "matchResources": {
             "namespaceSelector": {
                 "matchExpressions": [
@@ -158,16 +166,17 @@ def test_the_opt_out_annotation_is_a_match_condition() -> None:
         }
     ]
     assert policy["spec"]["failurePolicy"] == "Fail"
+    # Pods at CREATE, and the containers `kubectl debug` adds to a running Pod through its subresource.
     assert policy["spec"]["matchConstraints"]["resourceRules"] == [
-        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]},
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["pods/ephemeralcontainers"]},
     ]
 
 
 def test_the_plan_and_the_command_render_the_same_objects_in_the_order_to_apply_them(tmp_path: Path) -> None:
     settings = _settings(namespaces=["team-a"])
     kinds = [(o["kind"], o["metadata"]["name"]) for o in manifests(settings)]
-    assert kinds[-3:] == [
-        ("ConfigMap", PARAMS_NAME),
+    assert kinds[-2:] == [
         ("MutatingAdmissionPolicy", POLICY_NAME),
         ("MutatingAdmissionPolicyBinding", POLICY_NAME),
     ]
@@ -178,13 +187,15 @@ def test_the_plan_and_the_command_render_the_same_objects_in_the_order_to_apply_
         capture_output=True, text=True, cwd=ROOT, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert list(yaml.safe_load_all(result.stdout)) == manifests(settings)[-3:]
+    assert list(yaml.safe_load_all(result.stdout)) == manifests(settings)[-2:]
 
 
 def test_without_a_trusted_ca_the_policy_has_no_trust_part() -> None:
     settings = _settings()
     policy = admission_policy(settings, plain_values(settings))
-    assert [v["name"] for v in policy["spec"]["variables"]] == ["selected", "python", "entries"]
+    assert [v["name"] for v in policy["spec"]["variables"]] == [
+        "httpProxy", "httpsProxy", "noProxy", "noProxyPython", "jdkJavaOptions", "selected", "python", "entries"
+    ]  # fmt: skip
     assert "proxy-trust" not in yaml.safe_dump(policy)
 
 
