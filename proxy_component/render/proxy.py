@@ -332,7 +332,7 @@ def daemonset(settings: Settings, digest: Any) -> Obj:
                             "ports": [
                                 {"name": "http-proxy", "containerPort": d.port, "hostPort": d.port, "protocol": "TCP"}
                             ],
-                            "readinessProbe": {**probe(settings), "initialDelaySeconds": 2},
+                            "readinessProbe": readiness_probe(settings),
                             "livenessProbe": {**probe(settings), "initialDelaySeconds": 10},
                             "resources": {
                                 "requests": dict(d.resources.requests),
@@ -374,6 +374,15 @@ def probe(settings: Settings) -> Obj:
         "httpHeaders": [{"name": "Host", "value": STAT_HOST}],
     }
     return {"httpGet": http, "periodSeconds": 10, "timeoutSeconds": 2, "failureThreshold": 3}
+
+
+def readiness_probe(settings: Settings) -> Obj:
+    """The probe every second from the container's start: on a node, the pod that replaces the proxy can only start
+    once the old one has gone (both hold the node's port), and the Service sends the node's clients nowhere until
+    the kubelet sees the new one ready. Measured on a real node: 10-13 s without egress per roll with the 10 s
+    period, about 1 s with this one. Its cost, one NOTICE line a second in tinyproxy's log (`Request for the
+    stathost.`); LogLevel stays Notice so that refused requests are logged."""
+    return {**probe(settings), "periodSeconds": 1, "timeoutSeconds": 1}
 
 
 # Nodes that never run DaemonSet pods, by label: virtual-kubelet's (AKS virtual nodes, ACI, Alibaba ECI, ...) and EKS

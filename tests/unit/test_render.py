@@ -232,6 +232,11 @@ def test_the_probes_ask_tinyproxys_stat_host_on_loopback() -> None:
             "path": "/",
             "httpHeaders": [{"name": "Host", "value": "proxy-component.invalid"}],
         }
+    # Readiness every second from the start (a roll's outage on a node is the time until the new pod is seen ready:
+    # measured in the real-node lane); liveness every 10 s after 10 s, three failures before a restart.
+    ready, live = container["readinessProbe"], container["livenessProbe"]
+    assert (ready["periodSeconds"], ready["timeoutSeconds"], ready.get("initialDelaySeconds", 0)) == (1, 1, 0)
+    assert (live["periodSeconds"], live["initialDelaySeconds"], live["failureThreshold"]) == (10, 10, 3)
 
 
 def test_images_are_versioned_and_pulled_if_not_present_by_default() -> None:
