@@ -336,7 +336,7 @@ def pod_mutation(
             {"name": "ephemeralTrust", "expression": f"{TRUST} && {own}"},
         ]
     create = "\n+ ".join([*(_patches(f, trust) for f in FIELDS), *([_volume_patch()] if trust else [])])
-    patches = f"request.subResource == 'ephemeralcontainers'\n? {_patches(EPHEMERAL, trust)}\n: {create}"
+    patches = f"has(request.subResource) && request.subResource == 'ephemeralcontainers'\n? {_patches(EPHEMERAL, trust)}\n: {create}"
     return conditions, variables, patches
 
 
