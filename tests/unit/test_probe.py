@@ -22,30 +22,52 @@ from proxy_component.probe import (
     probe_pod,
     tls_client,
 )
-from proxy_component.settings import DEFAULT_IMAGE, parse_settings
+from proxy_component.settings import DEFAULT_IMAGE, PROBE_NAMESPACE, parse_settings
 
 BASE: dict[str, Any] = {"cluster": {"podCidrs": ["10.0.0.0/16"], "nodeCidrs": ["192.0.2.0/24"]}, "namespaces": ["default"]}  # fmt: skip
 
 
-def test_the_probe_role_adds_exactly_pods_create_delete_and_logs_in_the_proxy_namespace() -> None:
+def test_the_probe_role_creates_pods_only_in_its_own_restricted_namespace() -> None:
     settings = parse_settings(BASE)
     plain = rbac_objects(settings)
     probing = rbac_objects(settings, probe=True)
     roles = {(o["kind"], o["metadata"].get("namespace")): o["rules"] for o in probing if "rules" in o}
+    # In the proxy's namespace (kube-system) only the proxy pods' logs are added: no create, no delete.
     assert roles[("Role", "kube-system")] == [
         {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["get"], "resourceNames": ["http-proxy"]},
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+        {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+    ]
+    assert roles[("Role", PROBE_NAMESPACE)] == [
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
         {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"]},
     ]
+    creators = {k for k, rules in roles.items() for r in rules if {"create", "delete"} & set(r["verbs"])}
+    assert creators == {("Role", PROBE_NAMESPACE)}
+    # The namespace comes with the role, right after the ServiceAccount (before the Role in it), and its labels
+    # make the API server enforce Pod Security `restricted` on every pod created there.
+    assert [o["kind"] for o in probing[:2]] == ["ServiceAccount", "Namespace"]
+    assert probing[1]["metadata"] == {
+        "name": PROBE_NAMESPACE,
+        "labels": {
+            "app.kubernetes.io/part-of": "proxy-component",
+            "app.kubernetes.io/component": "check-probe",
+            "pod-security.kubernetes.io/audit": "restricted",
+            "pod-security.kubernetes.io/enforce": "restricted",
+            "pod-security.kubernetes.io/enforce-version": "latest",
+            "pod-security.kubernetes.io/warn": "restricted",
+        },
+    }
+    assert all(o["kind"] != "Namespace" for o in plain)
     plain_roles = {(o["kind"], o["metadata"].get("namespace")): o["rules"] for o in plain if "rules" in o}
-    assert {k: v for k, v in roles.items() if k != ("Role", "kube-system")} == {
+    assert {k: v for k, v in roles.items() if k not in (("Role", "kube-system"), ("Role", PROBE_NAMESPACE))} == {
         k: v for k, v in plain_roles.items() if k != ("Role", "kube-system")
     }
     assert set(accesses(settings, probe=True)) - set(accesses(settings)) == {
         a for a in accesses(settings, probe=True) if a.api.verb in ("create", "delete") or a.api.resource == "pods/log"
-    }
+    } | {a for a in accesses(settings, probe=True) if a.namespace == PROBE_NAMESPACE}
     # Without the proxy there is nothing to probe, and nothing more is granted.
     off = parse_settings({**BASE, "proxy": {"httpProxy": "http://proxy.corp:3128"}, "deployment": {"enabled": False}})
     assert rbac_objects(off, probe=True) == rbac_objects(off)
@@ -72,12 +94,14 @@ def test_the_probe_pod_is_pinned_hardened_and_uses_the_proxys_image() -> None:
     spec = pod["spec"]
     assert pod["metadata"] == {
         "name": "proxy-component-probe-abc123-0",
-        "namespace": "kube-system",
+        "namespace": PROBE_NAMESPACE,
         "labels": {"app.kubernetes.io/part-of": "proxy-component", "app.kubernetes.io/component": PROBE_COMPONENT,
                    RUN_LABEL: "abc123"},
     }  # fmt: skip
     assert (spec["nodeName"], spec["activeDeadlineSeconds"], spec["restartPolicy"]) == ("node-a", 90, "Never")
     assert spec["tolerations"] == [{"operator": "Exists"}]
+    assert spec["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    assert "imagePullSecrets" not in spec
     assert spec["securityContext"]["runAsNonRoot"] is True
     (container,) = spec["containers"]
     assert container["image"] == DEFAULT_IMAGE
