@@ -58,7 +58,7 @@ from .render.env import (
 from .render.proxy import APP_LABEL, CONTROL_PLANE_LABEL, NO_DAEMONSET_LABELS
 from .render.runtimes import python_no_proxy
 from .render.trust import BUNDLE_NAME, trust_bundle_object, trust_namespaces
-from .settings import PROBE_NAMESPACE, RUNTIMES, Settings, image_is_mutable, redact_url
+from .settings import PROBE_NAMESPACE, RUNTIMES, NodeSelectorRequirement, Settings, image_is_mutable, redact_url
 
 __all__ = [
     "CHECK_NAME",
@@ -577,11 +577,63 @@ def runs_daemonsets(node: Any) -> bool:
 
 
 def _eligible(settings: Settings, node: Any) -> bool:
-    """A node the proxy should run on: Linux, running DaemonSets, not control-plane unless asked."""
+    """A node the proxy should run on: Linux, running DaemonSets, not control-plane unless asked, and selected by
+    the settings' nodeSelector, required node affinity and tolerations (as the DaemonSet controller decides)."""
     labels = node.metadata.labels or {}
     if labels.get("kubernetes.io/os", "linux") != "linux" or not runs_daemonsets(node):
         return False
-    return settings.deployment.control_plane or CONTROL_PLANE_LABEL not in labels
+    if not settings.deployment.control_plane and CONTROL_PLANE_LABEL in labels:
+        return False
+    d = settings.deployment
+    if any(labels.get(key) != value for key, value in d.node_selector.items()):
+        return False
+    required = d.affinity.node_affinity.required_during_scheduling_ignored_during_execution if (
+        d.affinity and d.affinity.node_affinity) else None  # fmt: skip
+    if required is not None and not any(
+        all(_matches(r, labels) for r in term.match_expressions) for term in required.node_selector_terms
+    ):
+        return False
+    taints = (node.spec.taints if node.spec else None) or []
+    return d.tolerate_all_taints or all(_tolerated(settings, t) for t in taints)
+
+
+def _matches(requirement: NodeSelectorRequirement, labels: dict[str, str]) -> bool:
+    """A node selector requirement against a node's labels, as the scheduler reads it."""
+    value = labels.get(requirement.key)
+    op = requirement.operator
+    if op in ("Exists", "DoesNotExist"):
+        return (value is not None) is (op == "Exists")
+    if op == "In":
+        return value in requirement.values
+    if op == "NotIn":
+        return value not in requirement.values
+    if value is None or not re.fullmatch(r"-?[0-9]+", value):
+        return False
+    return int(value) > int(requirement.values[0]) if op == "Gt" else int(value) < int(requirement.values[0])
+
+
+# The taints the DaemonSet controller makes every DaemonSet pod tolerate (Exists), whatever its template says.
+DAEMONSET_TOLERATED = {
+    "node.kubernetes.io/not-ready": "NoExecute",
+    "node.kubernetes.io/unreachable": "NoExecute",
+    "node.kubernetes.io/disk-pressure": "NoSchedule",
+    "node.kubernetes.io/memory-pressure": "NoSchedule",
+    "node.kubernetes.io/pid-pressure": "NoSchedule",
+    "node.kubernetes.io/unschedulable": "NoSchedule",
+    "node.kubernetes.io/network-unavailable": "NoSchedule",  # for pods on the host's network, as the proxy's
+}
+
+
+def _tolerated(settings: Settings, taint: Any) -> bool:
+    """Whether the proxy's pods may run on a node with this taint: PreferNoSchedule never keeps them off."""
+    if taint.effect == "PreferNoSchedule" or DAEMONSET_TOLERATED.get(taint.key) == taint.effect:
+        return True
+    for t in settings.deployment.tolerations:
+        if t.effect is not None and t.effect != taint.effect:
+            continue
+        if t.key is None or (t.key == taint.key and (t.operator == "Exists" or (t.value or "") == (taint.value or ""))):
+            return True
+    return False
 
 
 def _ready(pod: Any) -> bool:

@@ -172,10 +172,31 @@ def test_the_api_server_stores_the_scheduling_and_the_pods_land_where_it_says(cl
             "tinyproxy",
         ]
 
+    # check judges the nodes the settings select, as the controller does: the three left out are not "missing".
+    assert _check(cluster, tmp_path) == []
+
     # A node that leaves the pool loses its proxy pod; one that joins it gets one.
     cluster.kubectl("label", "node", "pool-a", f"{POOL}=batch", "--overwrite")
     cluster.kubectl("label", "node", "pool-c", f"{ZONE}=zone-b", "--overwrite")
     assert sorted(_placed(cluster)) == ["pool-b-dedicated", "pool-c"]
+    assert _check(cluster, tmp_path) == []
+    # A taint the settings do not tolerate on a node that runs the proxy: evicted by NoExecute, and not "missing".
+    cluster.kubectl("taint", "node", "pool-c", "maintenance=true:NoExecute")
+    assert sorted(_placed(cluster)) == ["pool-b-dedicated"]
+    assert _check(cluster, tmp_path) == []
+
+
+def _check(cluster: Cluster, tmp_path: Path) -> list[dict[str, Any]]:
+    """`proxy-component check --json` as the cluster's admin: its findings."""
+    settings = tmp_path / "proxy.yaml"
+    settings.write_text(yaml.safe_dump(SETTINGS))
+    result = subprocess.run(
+        [sys.executable, "-m", "proxy_component.cli", "check", str(settings), "--kubeconfig", str(cluster.kubeconfig),
+         "--json"], capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )  # fmt: skip
+    assert result.returncode in (0, 1), result.stderr
+    findings: list[dict[str, Any]] = json.loads(result.stdout)
+    return findings
 
 
 def test_the_probe_pod_takes_the_same_scheduling_and_is_admitted_in_its_namespace(

@@ -8,11 +8,13 @@ import random
 from typing import Any
 
 import pytest
+from kubernetes.client import V1Node, V1NodeSpec, V1ObjectMeta, V1Taint
 
+from proxy_component.check import _eligible, _matches
 from proxy_component.layers import Layer, merge_layers
 from proxy_component.probe import probe_pod
 from proxy_component.render.proxy import daemonset
-from proxy_component.settings import DEFAULT_PRIORITY_CLASS, SettingsError, parse_settings
+from proxy_component.settings import DEFAULT_PRIORITY_CLASS, NodeSelectorRequirement, SettingsError, parse_settings
 
 CLUSTER = {"podCidrs": ["10.244.0.0/16"], "nodeCidrs": ["192.168.0.0/24"]}
 OURS = [
@@ -184,3 +186,54 @@ def test_layers_merge_node_selectors_by_key_and_concatenate_tolerations_and_pull
         "deployment.nodeSelector.node.kubernetes.io/pool: set by the installation (stack installation) and by this "
         "cluster (stack prod-eu); it belongs to one layer: remove it from one of them"
     ]
+
+
+def _node(labels: dict[str, str], *taints: tuple[str, str, str]) -> V1Node:
+    return V1Node(
+        metadata=V1ObjectMeta(name="n", labels={"kubernetes.io/os": "linux", **labels}),
+        spec=V1NodeSpec(taints=[V1Taint(key=k, value=v or None, effect=e) for k, v, e in taints] or None),
+    )
+
+
+@pytest.mark.parametrize(
+    ("labels", "taints", "eligible"),
+    [
+        ({"node.kubernetes.io/pool": "general", "topology.kubernetes.io/zone": "eu-1a", "egress": ""}, [], True),
+        ({"node.kubernetes.io/pool": "batch", "topology.kubernetes.io/zone": "eu-1a", "egress": ""}, [], False),
+        ({"node.kubernetes.io/pool": "general", "topology.kubernetes.io/zone": "eu-1a"}, [], False),  # no term
+        ({"node.kubernetes.io/pool": "general", "topology.kubernetes.io/zone": "eu-1a", "egress": ""},
+         [("dedicated", "egress", "NoSchedule")], True),
+        ({"node.kubernetes.io/pool": "general", "topology.kubernetes.io/zone": "eu-1a", "egress": ""},
+         [("dedicated", "batch", "NoSchedule")], False),  # another value
+        ({"node.kubernetes.io/pool": "general", "topology.kubernetes.io/zone": "eu-1a", "egress": ""},
+         [("gpu", "", "NoExecute")], False),
+        ({"node.kubernetes.io/pool": "general", "topology.kubernetes.io/zone": "eu-1a", "egress": ""},
+         [("gpu", "", "PreferNoSchedule"), ("node.kubernetes.io/unschedulable", "", "NoSchedule")], True),
+        ({"node.kubernetes.io/pool": "general", "topology.kubernetes.io/zone": "eu-1a", "egress": ""},
+         [("node.kubernetes.io/unreachable", "", "NoExecute")], True),
+    ],
+)  # fmt: skip
+def test_check_judges_only_the_nodes_the_settings_select(
+    labels: dict[str, str], taints: list[tuple[str, str, str]], eligible: bool
+) -> None:
+    """`check`'s proxy-missing-on-nodes follows the DaemonSet controller: a node the settings keep the proxy off is
+    not missing it (tests/cluster/test_scheduling_live.py runs check against the real controller's placement)."""
+    settings = parse_settings({"cluster": CLUSTER, "deployment": {**SCHEDULING, "tolerateAllTaints": False}})
+    assert _eligible(settings, _node(labels, *taints)) is eligible
+    every_taint = parse_settings({"cluster": CLUSTER, "deployment": SCHEDULING})
+    assert _eligible(every_taint, _node(labels, *taints)) is ("batch" not in labels.values() and "egress" in labels)
+
+
+@pytest.mark.parametrize(
+    ("operator", "values", "label", "matches"),
+    [
+        ("In", ["a", "b"], "b", True), ("In", ["a"], None, False), ("NotIn", ["a"], None, True),
+        ("NotIn", ["a"], "a", False), ("Exists", [], "", True), ("DoesNotExist", [], "x", False),
+        ("Gt", ["8"], "16", True), ("Gt", ["8"], "8", False), ("Lt", ["8"], "4", True), ("Gt", ["8"], "many", False),
+    ],
+)  # fmt: skip
+def test_node_selector_requirements_match_as_the_scheduler_reads_them(
+    operator: str, values: list[str], label: str | None, matches: bool
+) -> None:
+    requirement = NodeSelectorRequirement(key="k", operator=operator, values=values)
+    assert _matches(requirement, {} if label is None else {"k": label}) is matches
