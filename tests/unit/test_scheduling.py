@@ -237,3 +237,33 @@ def test_node_selector_requirements_match_as_the_scheduler_reads_them(
 ) -> None:
     requirement = NodeSelectorRequirement(key="k", operator=operator, values=values)
     assert _matches(requirement, {} if label is None else {"k": label}) is matches
+
+
+def test_the_provider_reads_the_settings_as_another_language_sends_them() -> None:
+    """Nested inputs arrive with snake_case keys and every number as a float (protobuf's one number type): the
+    component provider gives the model the YAML file's keys and integral numbers as integers."""
+    from proxy_component.provider import settings_from_inputs
+
+    sent = {
+        "deployment": {
+            "port": 8888.0,
+            "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoExecute", "toleration_seconds": 30.0}],
+            "affinity": {"node_affinity": {"preferred_during_scheduling_ignored_during_execution": [
+                {"weight": 10.0, "preference": {"match_expressions": [{"key": "cores", "operator": "Gt",
+                                                                       "values": ["8"]}]}}
+            ]}},
+            "node_selector": {"node.kubernetes.io/pool": "egress"},
+        }
+    }  # fmt: skip
+    d = parse_settings(settings_from_inputs(sent)).deployment
+    assert (d.port, d.tolerations[0].toleration_seconds) == (8888, 30)
+    assert d.affinity is not None
+    assert d.affinity.node_affinity is not None
+    assert d.affinity.node_affinity.preferred_during_scheduling_ignored_during_execution[0].weight == 10
+    assert d.node_selector == {"node.kubernetes.io/pool": "egress"}, "a map's keys stay as given"
+    with pytest.raises(SettingsError) as caught:
+        parse_settings(settings_from_inputs({"deployment": {"tolerations": [{"key": "gpu", "effect": "NoExecute",
+                                                                              "toleration_seconds": 2.5}]}}))  # fmt: skip
+    assert caught.value.problems == [
+        "deployment.tolerations[0].tolerationSeconds: 2.5: Input should be a valid integer"
+    ]
