@@ -587,11 +587,8 @@ def _eligible(settings: Settings, node: Any) -> bool:
     d = settings.deployment
     if any(labels.get(key) != value for key, value in d.node_selector.items()):
         return False
-    required = d.affinity.node_affinity.required_during_scheduling_ignored_during_execution if (
-        d.affinity and d.affinity.node_affinity) else None  # fmt: skip
-    if required is not None and not any(
-        all(_matches(r, labels) for r in term.match_expressions) for term in required.node_selector_terms
-    ):
+    terms = d.required_node_terms
+    if terms and not any(all(_matches(r, labels) for r in term.match_expressions) for term in terms):
         return False
     taints = (node.spec.taints if node.spec else None) or []
     return d.tolerate_all_taints or all(_tolerated(settings, t) for t in taints)

@@ -1023,6 +1023,18 @@ class DeploymentSettings(_Model):
         "'' for none. Outside kube-system a cluster may refuse system-* classes without a ResourceQuota (GKE).",
     )
 
+    @property
+    def required_node_terms(self) -> list[NodeSelectorTerm]:
+        """The required node affinity terms of `affinity` (any one must hold), none when not given."""
+        node = self.affinity.node_affinity if self.affinity else None
+        required = node.required_during_scheduling_ignored_during_execution if node else None
+        return list(required.node_selector_terms) if required else []
+
+    @property
+    def preferred_node_terms(self) -> list[PreferredSchedulingTerm]:
+        node = self.affinity.node_affinity if self.affinity else None
+        return list(node.preferred_during_scheduling_ignored_during_execution) if node else []
+
     @field_validator("namespace")
     @classmethod
     def _not_the_probes(cls, value: str) -> str:

@@ -399,17 +399,17 @@ def _placement(settings: Settings) -> Obj:
     ]
     if not settings.deployment.control_plane:
         expressions.insert(0, {"key": CONTROL_PLANE_LABEL, "operator": "DoesNotExist"})
-    node = settings.deployment.affinity.node_affinity if settings.deployment.affinity else None
-    required = node.required_during_scheduling_ignored_during_execution if node else None
-    if required is None:
-        terms = [{"matchExpressions": expressions}]
-    else:
-        terms = [{"matchExpressions": [*expressions, *t.spec()]} for t in required.node_selector_terms]
-    affinity: Obj = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}
-    if node and node.preferred_during_scheduling_ignored_during_execution:
+    d = settings.deployment
+    terms = [{"matchExpressions": [*expressions, *t.spec()]} for t in d.required_node_terms]
+    affinity: Obj = {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": terms or [{"matchExpressions": expressions}]
+        }
+    }
+    if d.preferred_node_terms:
         affinity["preferredDuringSchedulingIgnoredDuringExecution"] = [
             {"weight": t.weight, "preference": {"matchExpressions": t.preference.spec()}}
-            for t in node.preferred_during_scheduling_ignored_during_execution
+            for t in d.preferred_node_terms
         ]
     return {"affinity": {"nodeAffinity": affinity}}
 
