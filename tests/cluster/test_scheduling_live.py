@@ -250,3 +250,90 @@ def test_system_node_critical_outside_kube_system_is_admitted_by_a_cluster_that_
            "spec": template["spec"]}  # fmt: skip
     admitted = json.loads(cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", stdin=json.dumps(pod)))
     assert admitted["spec"]["priority"] == 2_000_001_000
+
+
+# What GKE's API server is configured with (and any cluster may be): pods of a critical class only where a
+# ResourceQuota covers that class.
+LIMITED_CRITICAL = """\
+apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+- name: ResourceQuota
+  configuration:
+    apiVersion: apiserver.config.k8s.io/v1
+    kind: ResourceQuotaConfiguration
+    limitedResources:
+    - resource: pods
+      matchScopes:
+      - {scopeName: PriorityClass, operator: In, values: [system-node-critical, system-cluster-critical]}
+"""
+# The README's ResourceQuota, for the proxy's namespace.
+QUOTA = """\
+apiVersion: v1
+kind: ResourceQuota
+metadata: {name: proxy-critical-pods, namespace: egress}
+spec:
+  hard: {pods: "1000"}   # at least one per node
+  scopeSelector:
+    matchExpressions: [{scopeName: PriorityClass, operator: In, values: [system-node-critical]}]
+"""
+
+
+@pytest.fixture(scope="module")
+def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A cluster whose admission configuration limits critical classes, as GKE's does; three kwok nodes."""
+    workdir = tmp_path_factory.mktemp("limited")
+    admission = workdir / "admission.yaml"
+    admission.write_text(LIMITED_CRITICAL)
+    extra = workdir / "kwokctl-extra.yaml"
+    extra.write_text(
+        "apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokctlConfiguration\ncomponentsPatches:\n"
+        f"- name: kube-apiserver\n  extraArgs:\n  - {{key: admission-control-config-file, value: {admission}}}\n"
+    )
+    env = {**os.environ, "PROXY_COMPONENT_CLUSTER": f"pc-limit-{os.getpid()}", "KWOK_WORKDIR": str(workdir / "kwok"),
+           "PROXY_COMPONENT_CLUSTER_CONFIG": str(extra)}  # fmt: skip
+    up = subprocess.run(["bash", str(ROOT / "scripts/cluster"), "up", "3"], capture_output=True, text=True, env=env,
+                        timeout=3000)  # fmt: skip
+    if up.returncode != 0:
+        pytest.fail(f"scripts/cluster up failed: {up.stderr}")
+    try:
+        yield Cluster(Path(up.stdout.strip().splitlines()[-1]))
+    finally:
+        down = subprocess.run(["bash", str(ROOT / "scripts/cluster"), "down"], capture_output=True, text=True, env=env,
+                              timeout=300)  # fmt: skip
+        assert down.returncode == 0, down.stderr
+
+
+def test_where_critical_classes_are_limited_the_readmes_quota_lets_the_proxy_run_outside_kube_system(
+    limited: Cluster, tmp_path: Path
+) -> None:
+    """As the README says for GKE: outside kube-system, system-node-critical pods are refused until a ResourceQuota
+    covers the class; `check` reports the missing pods meanwhile; the README's ResourceQuota makes them run."""
+    path = tmp_path / "egress.yaml"
+    path.write_text(yaml.safe_dump(dict(SETTINGS, deployment={"namespace": "egress"})))
+    rendered = subprocess.run(
+        [sys.executable, "-m", "proxy_component.cli", "render", str(path)],
+        capture_output=True, text=True, timeout=120, cwd=ROOT, check=True,
+    ).stdout  # fmt: skip
+    limited.kubectl("create", "namespace", "egress")
+    limited.kubectl("apply", "--server-side", "-f", "-", stdin=rendered)
+    deadline = time.monotonic() + 60
+    while True:
+        events = limited.get("-n", "egress", "events", "--field-selector", "reason=FailedCreate")["items"]
+        if any("insufficient quota to match these scopes" in e.get("message", "") for e in events):
+            break
+        assert time.monotonic() < deadline, [e.get("message") for e in events]
+        time.sleep(0.5)
+    assert limited.get("-n", "egress", "pods")["items"] == []
+    check = subprocess.run(
+        [sys.executable, "-m", "proxy_component.cli", "check", str(path), "--kubeconfig", str(limited.kubeconfig),
+         "--json"], capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )  # fmt: skip
+    assert check.returncode == 1, check.stderr
+    assert [f["kind"] for f in json.loads(check.stdout)] == ["proxy-missing-on-nodes"]
+
+    limited.kubectl("apply", "-f", "-", stdin=QUOTA)
+    deadline = time.monotonic() + 90
+    while len(limited.get("-n", "egress", "pods", "-l", "app=http-proxy")["items"]) < 3:
+        assert time.monotonic() < deadline, "the DaemonSet made no pods once the quota covered the class"
+        time.sleep(0.5)
