@@ -330,7 +330,10 @@ def test_where_critical_classes_are_limited_the_readmes_quota_lets_the_proxy_run
          "--json"], capture_output=True, text=True, timeout=120, cwd=ROOT,
     )  # fmt: skip
     assert check.returncode == 1, check.stderr
-    assert [f["kind"] for f in json.loads(check.stdout)] == ["proxy-missing-on-nodes"]
+    proxy = [f for f in json.loads(check.stdout) if f["object"] == "DaemonSet egress/http-proxy"]
+    assert [(f["kind"], f["message"].split(":")[0]) for f in proxy] == [
+        ("proxy-missing-on-nodes", "no proxy pod on 3 node(s)")
+    ]
 
     limited.kubectl("apply", "-f", "-", stdin=QUOTA)
     deadline = time.monotonic() + 90
