@@ -894,18 +894,37 @@ def test_probe_end_to_end_with_a_real_transcript_served_as_the_pods_log(
 
 
 def _escape(door: str, namespace: str, node: str) -> dict[str, Any]:
+    """The privileged pod (root, the host's PIDs, / mounted), or a pod Pod Security `restricted` admits but for one
+    door: a hostPath of /, or the node's network."""
     container: dict[str, Any] = {"name": "c", "image": DEFAULT_IMAGE, "command": ["sleep", "3600"]}
     spec: dict[str, Any] = {"nodeName": node, "containers": [container]}
+    if door == "privileged":
+        spec["hostPID"] = True
+        container["securityContext"] = {"privileged": True, "runAsUser": 0}
+    else:
+        spec["securityContext"] = {
+            "runAsNonRoot": True,
+            "runAsUser": 61888,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }
+        container["securityContext"] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
     if door in ("privileged", "hostpath"):
         spec["volumes"] = [{"name": "host", "hostPath": {"path": "/"}}]
         container["volumeMounts"] = [{"name": "host", "mountPath": "/host"}]
-    if door == "privileged":
-        spec["hostPID"] = True
-        container["securityContext"] = {"privileged": True}
     if door == "hostnetwork":
         spec["hostNetwork"] = True
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"escape-{door}", "namespace": namespace},
             "spec": spec}  # fmt: skip
+
+
+# What Pod Security `restricted` says of each: the door itself (for the two otherwise restricted pods, only it).
+REFUSALS = {
+    "privileged": ('privileged (container "c" must not set securityContext.privileged=true)', "hostPID=true",
+                   'volume "host" uses restricted volume type "hostPath"'),
+    "hostpath": ('violates PodSecurity "restricted:latest": restricted volume types (volume "host" uses restricted '
+                 'volume type "hostPath")\n',),
+    "hostnetwork": ('violates PodSecurity "restricted:latest": host namespaces (hostNetwork=true)\n',),
+}  # fmt: skip
 
 
 def _dry_run(live: Live, obj: dict[str, Any], *as_: str) -> subprocess.CompletedProcess[str]:
@@ -933,8 +952,7 @@ def test_the_probe_role_cannot_create_a_privileged_host_path_or_host_network_pod
                 refused = _dry_run(live, _escape(door, PROBE_NAMESPACE, node), *who)
                 assert refused.returncode != 0, (door, who, refused.stdout)
                 assert 'violates PodSecurity "restricted:latest"' in refused.stderr, refused.stderr
-                doors = {"privileged": "privileged", "hostpath": "hostPath volumes", "hostnetwork": "hostNetwork"}
-                assert doors[door] in refused.stderr, refused.stderr
+                assert all(text in refused.stderr for text in REFUSALS[door]), refused.stderr
         # The probe's own pod, as check --probe builds it, is admitted under the role.
         settings = load_settings(str(live.settings))
         own = probe_pod(settings, node, "dryrun", 0, "echo probe", 60)
