@@ -23,6 +23,8 @@ from .settings import Settings
 
 __all__ = ["generate", "type_name"]
 
+LINE_LENGTH = 120  # ruff's, in pyproject.toml: the generated file is formatted as ruff would format it
+
 HEADER = '''"""The settings as TypedDicts of `pulumi.Input`, for ClusterProxy in every Pulumi language.
 
 Generated from the pydantic model in `settings.py` by `python -m proxy_component._codegen`; do not edit.
@@ -98,9 +100,10 @@ def _class(model: type[BaseModel], models: list[type[BaseModel]]) -> Iterator[st
         if (field.alias or name) != to_camel(name):
             raise TypeError(f"{model.__name__}.{name}: alias {field.alias!r} is not camelCase of the name")
         annotation, note = _python(field.annotation, models)
-        if not field.is_required():
-            annotation = f"NotRequired[{annotation}]"
-        yield f"    {name}: {annotation}"
+        line = f"    {name}: NotRequired[{annotation}]" if not field.is_required() else f"    {name}: {annotation}"
+        if len(line) > LINE_LENGTH and not field.is_required():  # as ruff format wraps it
+            line = f"    {name}: NotRequired[\n        {annotation}\n    ]"
+        yield line
         text = " ".join(part for part in ((field.description or "").strip(), note) if part)
         if text:
             yield f'    """{text.replace(chr(92), chr(92) * 2).replace(chr(34) * 3, "")}"""'

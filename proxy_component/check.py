@@ -58,7 +58,7 @@ from .render.env import (
 from .render.proxy import APP_LABEL, CONTROL_PLANE_LABEL, NO_DAEMONSET_LABELS
 from .render.runtimes import python_no_proxy
 from .render.trust import BUNDLE_NAME, trust_bundle_object, trust_namespaces
-from .settings import RUNTIMES, Settings, image_is_mutable, redact_url
+from .settings import PROBE_NAMESPACE, RUNTIMES, NodeSelectorRequirement, Settings, image_is_mutable, redact_url
 
 __all__ = [
     "CHECK_NAME",
@@ -131,7 +131,7 @@ DAEMON_SET = Api("apps", "daemonsets", "apps", "read_namespaced_daemon_set")
 PODS = Api("", "pods", "core", "list_namespaced_pod")
 CONFIG_MAPS = Api("", "configmaps", "core", "read_namespaced_config_map")
 SECRETS = Api("", "secrets", "core", "read_namespaced_secret")
-# `check --probe`: its pods in the proxy's namespace (any name: each run's are new), their logs and the proxy's.
+# `check --probe`: its pods in their own namespace (any name: each run's are new), their logs and the proxy's.
 PROBE_CREATE = Api("", "pods", "core", "create_namespaced_pod")
 PROBE_DELETE = Api("", "pods", "core", "delete_namespaced_pod")
 POD_LOGS = Api("", "pods/log", "core", "read_namespaced_pod_log")
@@ -211,8 +211,8 @@ def _config_api(settings: Settings) -> Api:
 def accesses(settings: Settings, probe: bool = False) -> list[Access]:
     """Every request check may make for these settings, in the order it makes them; `rbac_objects` grants exactly
     these. The `kubernetes` Service is read only where ServiceCIDRs cannot be listed (a 404 before Kubernetes 1.33,
-    or a 403). With `probe`, also what `--probe` needs: create, list, delete pods and get their logs in the proxy's
-    namespace."""
+    or a 403). With `probe`, also what `--probe` needs: create, list, delete pods and get their logs in the probe's
+    own namespace, and get the proxy pods' logs."""
     d = settings.deployment
     out = [Access(NODES), Access(SERVICE_CIDRS), Access(SERVICES, *KUBERNETES_SERVICE)]
     if d.enabled:
@@ -225,7 +225,8 @@ def accesses(settings: Settings, probe: bool = False) -> list[Access]:
     out += [Access(CONFIG_MAPS, ns, BUNDLE_NAME) for ns in trust_namespaces(settings)]
     out += [Access(api, ns) for ns in workload_namespaces(settings) for _, api in _workload_apis(settings)]
     if probe and d.enabled:
-        out += [Access(api, d.namespace) for api in (PROBE_CREATE, PODS, POD_LOGS, PROBE_DELETE)]
+        out += [Access(api, PROBE_NAMESPACE) for api in (PROBE_CREATE, PODS, POD_LOGS)]
+        out += [Access(POD_LOGS, d.namespace), Access(PROBE_DELETE, PROBE_NAMESPACE)]
     return list(dict.fromkeys(out))
 
 
@@ -247,8 +248,9 @@ def _rules(granted: Iterable[Access]) -> list[Obj]:
 
 def rbac_objects(settings: Settings, probe: bool = False) -> list[Obj]:
     """A ServiceAccount `proxy-component-check` (in the proxy's namespace) and the least roles check needs for these
-    settings, bound to it: a ClusterRole to list nodes and ServiceCIDRs, and a Role per namespace it reads in
-    (with `probe`, the proxy namespace's also creates, deletes and reads the logs of pods)."""
+    settings, bound to it: a ClusterRole to list nodes and ServiceCIDRs, and a Role per namespace it reads in.
+    With `probe`, also the probe's namespace, where Pod Security enforces `restricted`, and a Role there to create,
+    list and delete pods and read their logs (probe.py says why there); the proxy namespace's Role reads pod logs."""
     by_namespace: dict[str | None, list[Access]] = {}
     for access in accesses(settings, probe):
         by_namespace.setdefault(access.namespace, []).append(access)
@@ -269,6 +271,17 @@ def rbac_objects(settings: Settings, probe: bool = False) -> list[Obj]:
         ]  # fmt: skip
 
     objects: list[Obj] = [{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta(home)}]
+    if PROBE_NAMESPACE in by_namespace:
+        pod_security = {f"pod-security.kubernetes.io/{mode}": "restricted" for mode in ("enforce", "audit", "warn")}
+        pod_security["pod-security.kubernetes.io/enforce-version"] = "latest"
+        namespace_labels = {
+            **labels,
+            "app.kubernetes.io/component": "check-probe",
+            **dict(sorted(pod_security.items())),
+        }
+        objects.append(
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PROBE_NAMESPACE, "labels": namespace_labels}}
+        )
     objects += role("ClusterRole", None, _rules(by_namespace.pop(None, [])))
     for namespace in sorted(n for n in by_namespace if n is not None):
         objects += role("Role", namespace, _rules(by_namespace[namespace]))
@@ -564,11 +577,60 @@ def runs_daemonsets(node: Any) -> bool:
 
 
 def _eligible(settings: Settings, node: Any) -> bool:
-    """A node the proxy should run on: Linux, running DaemonSets, not control-plane unless asked."""
+    """A node the proxy should run on: Linux, running DaemonSets, not control-plane unless asked, and selected by
+    the settings' nodeSelector, required node affinity and tolerations (as the DaemonSet controller decides)."""
     labels = node.metadata.labels or {}
     if labels.get("kubernetes.io/os", "linux") != "linux" or not runs_daemonsets(node):
         return False
-    return settings.deployment.control_plane or CONTROL_PLANE_LABEL not in labels
+    if not settings.deployment.control_plane and CONTROL_PLANE_LABEL in labels:
+        return False
+    d = settings.deployment
+    if any(labels.get(key) != value for key, value in d.node_selector.items()):
+        return False
+    terms = d.required_node_terms
+    if terms and not any(all(_matches(r, labels) for r in term.match_expressions) for term in terms):
+        return False
+    taints = (node.spec.taints if node.spec else None) or []
+    return d.tolerate_all_taints or all(_tolerated(settings, t) for t in taints)
+
+
+def _matches(requirement: NodeSelectorRequirement, labels: dict[str, str]) -> bool:
+    """A node selector requirement against a node's labels, as the scheduler reads it."""
+    value = labels.get(requirement.key)
+    op = requirement.operator
+    if op in ("Exists", "DoesNotExist"):
+        return (value is not None) is (op == "Exists")
+    if op == "In":
+        return value in requirement.values
+    if op == "NotIn":
+        return value not in requirement.values
+    if value is None or not re.fullmatch(r"-?[0-9]+", value):
+        return False
+    return int(value) > int(requirement.values[0]) if op == "Gt" else int(value) < int(requirement.values[0])
+
+
+# The taints the DaemonSet controller makes every DaemonSet pod tolerate (Exists), whatever its template says.
+DAEMONSET_TOLERATED = {
+    "node.kubernetes.io/not-ready": "NoExecute",
+    "node.kubernetes.io/unreachable": "NoExecute",
+    "node.kubernetes.io/disk-pressure": "NoSchedule",
+    "node.kubernetes.io/memory-pressure": "NoSchedule",
+    "node.kubernetes.io/pid-pressure": "NoSchedule",
+    "node.kubernetes.io/unschedulable": "NoSchedule",
+    "node.kubernetes.io/network-unavailable": "NoSchedule",  # for pods on the host's network, as the proxy's
+}
+
+
+def _tolerated(settings: Settings, taint: Any) -> bool:
+    """Whether the proxy's pods may run on a node with this taint: PreferNoSchedule never keeps them off."""
+    if taint.effect == "PreferNoSchedule" or DAEMONSET_TOLERATED.get(taint.key) == taint.effect:
+        return True
+    for t in settings.deployment.tolerations:
+        if t.effect is not None and t.effect != taint.effect:
+            continue
+        if t.key is None or (t.key == taint.key and (t.operator == "Exists" or (t.value or "") == (taint.value or ""))):
+            return True
+    return False
 
 
 def _ready(pod: Any) -> bool:
@@ -862,15 +924,17 @@ def probe_cluster(
                     clients[node, j] = tls_client(target.host, settings.trusted_ca)
                 hellos.append(clients[node, j].hello if (node, j) in clients else None)
             pod = probe_pod(settings, node, run, index, pod_script(targets, hellos, d.port, wait), deadline)
-            cluster.request(Access(PROBE_CREATE, d.namespace), d.namespace, pod)
+            _create_probe_pod(cluster, pod)
             names.append((node, pod["metadata"]["name"]))
             if created is not None:
                 created(pod["metadata"]["name"])
         phases: dict[str, str] = {}
+        pulls: dict[str, str] = {}
 
         def finished() -> bool:
-            for item in cluster.list(Access(PODS, d.namespace), label_selector=f"{RUN_LABEL}={run}"):
+            for item in cluster.list(Access(PODS, PROBE_NAMESPACE), label_selector=f"{RUN_LABEL}={run}"):
                 phases[item.metadata.name] = (item.status.phase if item.status else None) or "Pending"
+                pulls[item.metadata.name] = _image_pull_failure(item)
             return all(phases.get(name) in ("Succeeded", "Failed") for _, name in names)
 
         wait_until(finished, stop)
@@ -880,10 +944,12 @@ def probe_cluster(
             phase = phases.get(name, "Pending")
             transcripts = None
             if phase in ("Succeeded", "Failed"):
-                log = cluster.request(Access(POD_LOGS, d.namespace), name, d.namespace, container="probe")
+                log = cluster.request(Access(POD_LOGS, PROBE_NAMESPACE), name, PROBE_NAMESPACE, container="probe")
                 transcripts = parse_transcript(str(log), len(targets))
             if transcripts is None:
                 detail = f"the probe pod {name} gave no complete result within {deadline} s (phase {phase})"
+                if pulls.get(name):
+                    detail += f"; {_pull_hint(settings, pulls[name])}"
                 results += [ProbeResult(node, t.url, "timeout", detail) for t in targets]
                 continue
             proxy_log = _proxy_log(cluster, settings, proxies, node, deadline)
@@ -899,7 +965,7 @@ def probe_cluster(
             raise
         raise error from None
     finally:
-        _delete_probe_pods(cluster, settings, run, [name for _, name in names])
+        _delete_probe_pods(cluster, run, [name for _, name in names])
 
 
 def _proxy_log(cluster: Cluster, settings: Settings, proxies: list[Any], node: str, deadline: int) -> str:
@@ -918,9 +984,47 @@ def _proxy_log(cluster: Cluster, settings: Settings, proxies: list[Any], node: s
     return ""
 
 
-def _delete_probe_pods(cluster: Cluster, settings: Settings, run: str, names: list[str]) -> None:
+def _create_probe_pod(cluster: Cluster, pod: Obj) -> None:
+    """Create a probe pod; its namespace missing is a message that says how to make it."""
+    try:
+        cluster.request(Access(PROBE_CREATE, PROBE_NAMESPACE), PROBE_NAMESPACE, pod)
+    except Exception as exc:
+        if getattr(exc, "status", None) != 404:
+            raise
+        raise CheckError(
+            f"--probe: the namespace {PROBE_NAMESPACE} does not exist: the probe's pods run there, where Pod Security "
+            "enforces 'restricted' (apply `proxy-component render CONFIG --format check-rbac --probe`, which makes it)"
+        ) from None
+
+
+# A container's waiting reasons that say its image cannot be pulled (the kubelet's).
+PULL_FAILURES = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
+
+
+def _image_pull_failure(pod: Any) -> str:
+    """The kubelet's reason and message when the pod's container cannot get its image, else ""."""
+    for status in getattr(pod.status, "container_statuses", None) or []:
+        waiting = status.state.waiting if status.state else None
+        if waiting is not None and waiting.reason in PULL_FAILURES:
+            return f"{waiting.reason}: {waiting.message}" if waiting.message else str(waiting.reason)
+    return ""
+
+
+def _pull_hint(settings: Settings, failure: str) -> str:
+    secrets = settings.deployment.image_pull_secrets
+    where = (
+        f"the Secrets deployment.imagePullSecrets names ({', '.join(secrets)}) must exist in namespace "
+        f"{PROBE_NAMESPACE} too"
+        if secrets
+        else "if its registry needs credentials, name their Secret in deployment.imagePullSecrets and copy it into "
+        f"namespace {PROBE_NAMESPACE}"
+    )
+    return f"its image could not be pulled ({failure}): {where}"
+
+
+def _delete_probe_pods(cluster: Cluster, run: str, names: list[str]) -> None:
     """Delete this run's pods: the known names, then whatever else carries the run's label."""
-    namespace = settings.deployment.namespace
+    namespace = PROBE_NAMESPACE
     try:
         listed = [p.metadata.name for p in cluster.list(Access(PODS, namespace), label_selector=f"{RUN_LABEL}={run}")]
     except Exception:

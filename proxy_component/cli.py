@@ -434,7 +434,10 @@ def _parser() -> argparse.ArgumentParser:
         "NO_PROXY adds (argo-cd: <release>-argocd-repo-server, ...; default: the name the chart's docs use)",
     )
     render.add_argument(
-        "--probe", action="store_true", help="check-rbac: also what `check --probe` needs (pods in the proxy namespace)"
+        "--probe",
+        action="store_true",
+        help="check-rbac: also what `check --probe` needs (its namespace, proxy-component-probe, enforcing Pod "
+        "Security restricted, and pods there)",
     )
     _stack_arguments(render)
     render.set_defaults(func=_render)

@@ -1,8 +1,8 @@
 """`proxy-component check --probe URL...`: through each node's proxy, to each URL, what really happens.
 
-One short-lived Pod per node that runs a proxy pod, pinned there by `nodeName`, in the proxy's namespace and
-with the proxy's own image (busybox's `sh`, `nc`, `base64` and `timeout`, which the project's image links: nothing
-else). For each URL it opens a connection from the pod network to its node's proxy (`status.hostIP`, the proxy's
+One short-lived Pod per node that runs a proxy pod, pinned there by `nodeName`, in a namespace of its own and with
+the proxy's own image and pull Secrets (busybox's `sh`, `nc`, `base64` and `timeout`, which the project's image links:
+nothing else). For each URL it opens a connection from the pod network to its node's proxy (`status.hostIP`, the proxy's
 port) and sends what a client sends: `CONNECT host:port` for https (then, in the tunnel, a TLS ClientHello made by
 this process), a `GET http://...` for http. It prints the raw bytes it got back, base64-encoded, and exits.
 
@@ -13,6 +13,20 @@ very TLS client object that made the ClientHello: OpenSSL verifies the chain aga
 (else this machine's default store) and the host name. A TLS 1.3 server's certificate is verified with its whole
 first flight; a TLS 1.2 server's when OpenSSL moves on to its key exchange. No key is exchanged with the origin
 beyond that: the probe shows what certificate the path presents, not that the origin holds its key.
+
+Why a namespace of its own (`PROBE_NAMESPACE`, whose labels make the API server enforce Pod Security
+`restricted` on every pod created there; `render --format check-rbac --probe` writes it and binds the role to
+create and delete pods there only). RBAC cannot limit which pods a role creates: with the role in the proxy's
+namespace (kube-system), whoever ran the probe could create a privileged pod with the host's PID namespace and
+`/` mounted, on any node, or one that mounts any Secret or runs as any service account there, and delete any pod
+there. The probe needs none of it: it runs on the pod network, as the proxy's non-root UID, without capabilities,
+a service account token or any volume but an emptyDir, so it passes `restricted` (no hostNetwork needed). The other
+way, a ValidatingAdmissionPolicy admitting only pods of the probe's exact shape, would have to enumerate every pod
+field that grants privilege (a list each Kubernetes release extends, where `restricted` is Kubernetes' own,
+versioned policy), match every identity the role is bound to, and guard deletes too. The namespace needs no CEL,
+holds for whoever is bound to the role, and works on any cluster with Pod Security admission (GA since 1.25). Its
+cost: the pull Secrets the image needs must be copied into that namespace (and whoever holds the role can read
+them, as a pod there may mount them).
 """
 
 from __future__ import annotations
@@ -29,8 +43,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
-from .render.proxy import restricted_security_context
-from .settings import Settings
+from .render.proxy import image_pull_secrets, node_selector, restricted_security_context, tolerations
+from .settings import PROBE_NAMESPACE, Settings
 
 __all__ = [
     "OUTCOMES",
@@ -159,16 +173,19 @@ def pod_script(targets: Sequence[Target], hellos: Sequence[bytes | None], port: 
 
 
 def probe_pod(settings: Settings, node: str, run: str, index: int, script: str, deadline: int) -> dict[str, Any]:
-    """The probe Pod for one node: the proxy's image, pinned, tolerating every taint, non-root, read-only, no
-    capabilities, no service account token, killed by the kubelet after `deadline` seconds at the latest."""
+    """The probe Pod for one node, in `PROBE_NAMESPACE`: the proxy's image and pull Secrets, pinned, with the
+    proxy's nodeSelector and tolerations (it runs where a proxy pod runs), non-root, read-only, no capabilities,
+    no service account token (Pod Security `restricted`), killed by the kubelet after `deadline` seconds at the
+    latest."""
     d = settings.deployment
     uid = d.run_as_user
+    tolerated = tolerations(settings)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
             "name": f"proxy-component-probe-{run}-{index}",
-            "namespace": d.namespace,
+            "namespace": PROBE_NAMESPACE,
             "labels": probe_labels(run),
         },
         "spec": {
@@ -178,7 +195,9 @@ def probe_pod(settings: Settings, node: str, run: str, index: int, script: str, 
             "terminationGracePeriodSeconds": 1,
             "automountServiceAccountToken": False,
             "enableServiceLinks": False,
-            "tolerations": [{"operator": "Exists"}],
+            "nodeSelector": node_selector(settings),
+            **({"tolerations": tolerated} if tolerated else {}),
+            **image_pull_secrets(settings),
             "securityContext": {
                 "runAsNonRoot": True,
                 "runAsUser": uid,

@@ -174,6 +174,8 @@ def _known(value: Any, path: str) -> Any:
         return {key: _known(item, f"{path}.{key}") for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return [_known(item, f"{path}[{i}]") for i, item in enumerate(value)]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)  # every number arrives as a float: 30, not 30.0, is what an integer setting takes
     return value
 
 

@@ -12,18 +12,96 @@ import pulumi
 from typing_extensions import NotRequired
 
 __all__ = [
+    "Affinity",
     "CapiSettings",
     "ClusterSettings",
     "DeploymentSettings",
     "FirewallSettings",
     "HelmValuesSecret",
     "InjectionSettings",
+    "NodeAffinity",
+    "NodeSelector",
+    "NodeSelectorRequirement",
+    "NodeSelectorTerm",
+    "PreferredSchedulingTerm",
     "ProxySettings",
     "Resources",
     "RuntimeSettings",
     "Settings",
+    "Toleration",
     "UpstreamSettings",
 ]
+
+
+class NodeSelectorRequirement(TypedDict):
+    """One condition on a node's labels, as in a pod's node affinity (core/v1 NodeSelectorRequirement)."""
+
+    key: pulumi.Input[str]
+
+    operator: pulumi.Input[str]
+    """One of: In, NotIn, Exists, DoesNotExist, Gt, Lt."""
+
+    values: NotRequired[pulumi.Input[Sequence[pulumi.Input[str]]]]
+    """In, NotIn: one or more label values; Exists, DoesNotExist: none; Gt, Lt: one integer."""
+
+
+class NodeSelectorTerm(TypedDict):
+    """Conditions a node must all meet (core/v1 NodeSelectorTerm, by labels: matchExpressions)."""
+
+    match_expressions: pulumi.Input[Sequence[pulumi.Input[NodeSelectorRequirement]]]
+    """All must hold."""
+
+
+class PreferredSchedulingTerm(TypedDict):
+    """A term the scheduler prefers a node to meet, with its weight (core/v1 PreferredSchedulingTerm)."""
+
+    weight: pulumi.Input[int]
+
+    preference: pulumi.Input[NodeSelectorTerm]
+
+
+class NodeSelector(TypedDict):
+    """Node selector terms, any of which a node must meet (core/v1 NodeSelector)."""
+
+    node_selector_terms: pulumi.Input[Sequence[pulumi.Input[NodeSelectorTerm]]]
+    """Any one must hold (each term's conditions all)."""
+
+
+class NodeAffinity(TypedDict):
+    """Which nodes the proxy's pods may run on, by node labels (core/v1 NodeAffinity)."""
+
+    required_during_scheduling_ignored_during_execution: NotRequired[pulumi.Input[NodeSelector]]
+    """Nodes must meet one of these terms, besides the proxy's own (no control-plane unless deployment.controlPlane, no virtual-kubelet or Fargate nodes)."""
+
+    preferred_during_scheduling_ignored_during_execution: NotRequired[
+        pulumi.Input[Sequence[pulumi.Input[PreferredSchedulingTerm]]]
+    ]
+    """Terms the scheduler prefers."""
+
+
+class Affinity(TypedDict):
+    """The proxy's node affinity (core/v1 Affinity, its nodeAffinity only)."""
+
+    node_affinity: NotRequired[pulumi.Input[NodeAffinity]]
+
+
+class Toleration(TypedDict):
+    """A toleration, as in a pod spec (core/v1 Toleration): the taint it tolerates on a node."""
+
+    key: NotRequired[pulumi.Input[str]]
+    """The taint's key; none (with operator Exists): every taint."""
+
+    operator: NotRequired[pulumi.Input[str]]
+    """Equal: the taint's value is `value`. One of: Exists, Equal."""
+
+    value: NotRequired[pulumi.Input[str]]
+    """With operator Equal: the taint's value."""
+
+    effect: NotRequired[pulumi.Input[str]]
+    """The taint's effect; none: every effect. One of: NoSchedule, PreferNoSchedule, NoExecute."""
+
+    toleration_seconds: NotRequired[pulumi.Input[int]]
+    """With effect NoExecute: how long the pod stays once tainted."""
 
 
 class Resources(TypedDict):
@@ -180,6 +258,24 @@ class DeploymentSettings(TypedDict):
 
     config_dir: NotRequired[pulumi.Input[str]]
     """Where the config is mounted in the container."""
+
+    image_pull_secrets: NotRequired[pulumi.Input[Sequence[pulumi.Input[str]]]]
+    """Secrets (kubernetes.io/dockerconfigjson) in the proxy's namespace that let nodes pull the image; check --probe's pods name them too, in their own namespace."""
+
+    node_selector: NotRequired[pulumi.Input[Mapping[str, pulumi.Input[str]]]]
+    """Node labels the proxy's nodes must have, besides kubernetes.io/os: linux (and the probe's pods)."""
+
+    tolerate_all_taints: NotRequired[pulumi.Input[bool]]
+    """Tolerate every taint (the proxy is every node's egress); false: only `tolerations`, e.g. where a toleration whitelist (PodTolerationRestriction) refuses the catch-all."""
+
+    tolerations: NotRequired[pulumi.Input[Sequence[pulumi.Input[Toleration]]]]
+    """Tolerations after the catch-all (which already tolerates every taint: they matter with tolerateAllTaints: false); the probe's pods get them too."""
+
+    affinity: NotRequired[pulumi.Input[Affinity]]
+    """Node affinity terms, combined with the proxy's own (nodeAffinity only)."""
+
+    priority_class_name: NotRequired[pulumi.Input[str]]
+    """The proxy's PriorityClass: system-node-critical (it is every node's egress), another class, or '' for none. Outside kube-system a cluster may refuse system-* classes without a ResourceQuota (GKE)."""
 
 
 class ClusterSettings(TypedDict):

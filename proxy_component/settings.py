@@ -9,6 +9,7 @@ and what is accepted.
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 import socket
 from collections.abc import Callable, Mapping, Sequence
@@ -47,10 +48,14 @@ from .noproxy import (
 __all__ = [
     "DEFAULT_FIREWALL_IMAGE",
     "DEFAULT_IMAGE",
+    "DEFAULT_PRIORITY_CLASS",
     "NETWORK_FIELDS",
     "NO_RUNTIMES",
+    "OS_LABEL",
+    "PROBE_NAMESPACE",
     "RUNTIMES",
     "STAT_HOST",
+    "Affinity",
     "CapiSettings",
     "ClusterSettings",
     "DeploymentSettings",
@@ -58,12 +63,18 @@ __all__ = [
     "HelmValuesSecret",
     "InjectionSettings",
     "NetworkValues",
+    "NodeAffinity",
+    "NodeSelector",
+    "NodeSelectorRequirement",
+    "NodeSelectorTerm",
+    "PreferredSchedulingTerm",
     "ProxySettings",
     "Resources",
     "Runtime",
     "RuntimeSettings",
     "Settings",
     "SettingsError",
+    "Toleration",
     "UpstreamSettings",
     "ca_certificates",
     "check_network",
@@ -722,6 +733,239 @@ class FirewallSettings(_Model):
         return self
 
 
+# --- scheduling: the Kubernetes types a pod spec takes, validated as the API server validates them -----------------
+
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+_LABEL_KEY_ACCEPTED = (
+    "expected an optional DNS subdomain and '/', then 1-63 of a-z, A-Z, 0-9, '-', '_' and '.', starting and ending "
+    "with a letter or digit, e.g. node.kubernetes.io/pool"
+)
+OS_LABEL = "kubernetes.io/os"
+
+
+def _label_key(value: str) -> str:
+    """A label key (a node label, a taint's key): `[prefix/]name`, as Kubernetes accepts them."""
+    prefix, slash, name = value.rpartition("/")
+    if (slash and not _DNS_NAME.match(prefix)) or not _LABEL_NAME.match(name):
+        raise ValueError(f"{value!r} is not a label key ({_LABEL_KEY_ACCEPTED})")
+    return value
+
+
+def _label_value(value: str) -> str:
+    if not _LABEL_VALUE.match(value):
+        raise ValueError(
+            f"{value!r} is not a label value (expected at most 63 of a-z, A-Z, 0-9, '-', '_' and '.', starting and "
+            "ending with a letter or digit, or empty, e.g. egress)"
+        )
+    return value
+
+
+def _dns_subdomain(value: str) -> str:
+    if not _DNS_NAME.match(value):
+        raise ValueError(
+            f"{value!r} is not a DNS-1123 subdomain (expected at most 253 of a-z, 0-9, '-' and '.', each label "
+            "starting and ending with a letter or digit, e.g. registry-credentials)"
+        )
+    return value
+
+
+LabelKey = Annotated[str, AfterValidator(_label_key)]
+LabelValue = Annotated[str, AfterValidator(_label_value)]
+DnsSubdomain = Annotated[str, AfterValidator(_dns_subdomain)]
+
+# Where `check --probe` runs its pods: a namespace of their own, where Pod Security enforces `restricted` (probe.py).
+PROBE_NAMESPACE = "proxy-component-probe"
+
+# The classes every cluster has; Kubernetes reserves the `system-` prefix for them.
+SYSTEM_PRIORITY_CLASSES = ("system-cluster-critical", "system-node-critical")
+DEFAULT_PRIORITY_CLASS = "system-node-critical"
+
+
+def _priority_class(value: str) -> str:
+    """A PriorityClass name, or "" for none; a `system-` name must be one of the two that exist."""
+    accepted = f"{' or '.join(SYSTEM_PRIORITY_CLASSES)}, the name of a PriorityClass of yours, or '' for none"
+    if value == "":
+        return value
+    if not _DNS_NAME.match(value):
+        raise ValueError(f"{value!r} is not a PriorityClass name, a DNS-1123 subdomain (expected {accepted})")
+    if value.startswith("system-") and value not in SYSTEM_PRIORITY_CLASSES:
+        raise ValueError(
+            f"{value!r} starts with 'system-', which Kubernetes reserves for its own classes, and no class of that "
+            f"name exists (expected {accepted})"
+        )
+    return value
+
+
+TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+
+class Toleration(_Model):
+    """A toleration, as in a pod spec (core/v1 Toleration): the taint it tolerates on a node."""
+
+    key: LabelKey | None = Field(default=None, description="The taint's key; none (with operator Exists): every taint.")
+    operator: Literal["Exists", "Equal"] = Field(default="Equal", description="Equal: the taint's value is `value`.")
+    value: LabelValue | None = Field(default=None, description="With operator Equal: the taint's value.")
+    effect: TaintEffect | None = Field(default=None, description="The taint's effect; none: every effect.")
+    toleration_seconds: int | None = Field(
+        default=None, strict=True, ge=0, description="With effect NoExecute: how long the pod stays once tainted."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> Toleration:
+        shown = f"key {self.key!r}" if self.key else "no key"
+        if self.key is None and self.operator != "Exists":
+            raise ValueError(
+                f"operator {self.operator!r} with no key: a toleration without a key must use operator 'Exists' "
+                "(expected a key, or operator: Exists to tolerate every taint)"
+            )
+        if self.operator == "Exists" and self.value:
+            raise ValueError(
+                f"{shown}: operator 'Exists' with value {self.value!r}: Exists matches every value of the key "
+                "(expected no value, or operator: Equal)"
+            )
+        if self.toleration_seconds is not None and self.effect != "NoExecute":
+            raise ValueError(
+                f"{shown}: tolerationSeconds {self.toleration_seconds} with effect {self.effect!r}: only a "
+                "NoExecute taint evicts, after that many seconds (expected effect: NoExecute, or no tolerationSeconds)"
+            )
+        return self
+
+    def spec(self) -> dict[str, Any]:
+        """The toleration as a pod spec holds it, only the fields given, in the API's order."""
+        out: dict[str, Any] = {}
+        if self.key is not None:
+            out["key"] = self.key
+        out["operator"] = self.operator
+        if self.value is not None and self.operator == "Equal":
+            out["value"] = self.value
+        if self.effect is not None:
+            out["effect"] = self.effect
+        if self.toleration_seconds is not None:
+            out["tolerationSeconds"] = self.toleration_seconds
+        return out
+
+
+NodeSelectorOperator = Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
+
+
+class NodeSelectorRequirement(_Model):
+    """One condition on a node's labels, as in a pod's node affinity (core/v1 NodeSelectorRequirement)."""
+
+    key: LabelKey
+    operator: NodeSelectorOperator
+    values: list[LabelValue] = Field(
+        default_factory=list,
+        description="In, NotIn: one or more label values; Exists, DoesNotExist: none; Gt, Lt: one integer.",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> NodeSelectorRequirement:
+        op, n = self.operator, len(self.values)
+        if op in ("In", "NotIn") and n == 0:
+            raise ValueError(f"key {self.key!r}: operator {op!r} needs values (expected one or more label values)")
+        if op in ("Exists", "DoesNotExist") and n:
+            raise ValueError(
+                f"key {self.key!r}: operator {op!r} takes no values, got {self.values!r} (expected values: [], or "
+                "operator In or NotIn)"
+            )
+        if op in ("Gt", "Lt") and (n != 1 or not re.fullmatch(r"[0-9]{1,18}", self.values[0])):
+            raise ValueError(
+                f"key {self.key!r}: operator {op!r} compares with one integer, got {self.values!r} "
+                "(expected e.g. values: ['8'])"
+            )
+        return self
+
+    @field_validator("values")
+    @classmethod
+    def _sorted(cls, value: list[str]) -> list[str]:
+        return sorted(set(value))
+
+    def spec(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"key": self.key, "operator": self.operator}
+        if self.values:
+            out["values"] = list(self.values)
+        return out
+
+
+class NodeSelectorTerm(_Model):
+    """Conditions a node must all meet (core/v1 NodeSelectorTerm, by labels: matchExpressions)."""
+
+    match_expressions: list[NodeSelectorRequirement] = Field(description="All must hold.")
+
+    @field_validator("match_expressions")
+    @classmethod
+    def _some(cls, value: list[NodeSelectorRequirement]) -> list[NodeSelectorRequirement]:
+        if not value:
+            raise ValueError(
+                "[] matches no node (expected at least one requirement, e.g. {key: pool, operator: In, values: [general]})"
+            )
+        unique = {json.dumps(r.spec(), sort_keys=True): r for r in value}
+        return [unique[k] for k in sorted(unique)]
+
+    def spec(self) -> list[dict[str, Any]]:
+        return [r.spec() for r in self.match_expressions]
+
+
+class NodeSelector(_Model):
+    """Node selector terms, any of which a node must meet (core/v1 NodeSelector)."""
+
+    node_selector_terms: list[NodeSelectorTerm] = Field(description="Any one must hold (each term's conditions all).")
+
+    @field_validator("node_selector_terms")
+    @classmethod
+    def _some(cls, value: list[NodeSelectorTerm]) -> list[NodeSelectorTerm]:
+        if not value:
+            raise ValueError("[] matches no node (expected at least one term with matchExpressions)")
+        unique = {json.dumps(t.spec(), sort_keys=True): t for t in value}
+        return [unique[k] for k in sorted(unique)]
+
+
+class PreferredSchedulingTerm(_Model):
+    """A term the scheduler prefers a node to meet, with its weight (core/v1 PreferredSchedulingTerm)."""
+
+    weight: int = Field(strict=True, ge=1, le=100)
+    preference: NodeSelectorTerm
+
+
+class NodeAffinity(_Model):
+    """Which nodes the proxy's pods may run on, by node labels (core/v1 NodeAffinity)."""
+
+    required_during_scheduling_ignored_during_execution: NodeSelector | None = Field(
+        default=None,
+        description="Nodes must meet one of these terms, besides the proxy's own (no control-plane unless "
+        "deployment.controlPlane, no virtual-kubelet or Fargate nodes).",
+    )
+    preferred_during_scheduling_ignored_during_execution: list[PreferredSchedulingTerm] = Field(
+        default_factory=list, description="Terms the scheduler prefers."
+    )
+
+    @field_validator("preferred_during_scheduling_ignored_during_execution")
+    @classmethod
+    def _canonical(cls, value: list[PreferredSchedulingTerm]) -> list[PreferredSchedulingTerm]:
+        unique = {json.dumps([t.weight, t.preference.spec()], sort_keys=True): t for t in value}
+        return [unique[k] for k in sorted(unique)]
+
+
+class Affinity(_Model):
+    """The proxy's node affinity (core/v1 Affinity, its nodeAffinity only)."""
+
+    node_affinity: NodeAffinity | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _node_only(cls, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            for key in ("podAffinity", "podAntiAffinity", "pod_affinity", "pod_anti_affinity"):
+                if key in data:
+                    raise ValueError(
+                        f"{to_camel(key)}: not accepted: a DaemonSet runs one pod on each node it selects, so pod "
+                        "(anti-)affinity could only keep it off nodes whose pods then have no proxy (expected "
+                        "nodeAffinity, or deployment.nodeSelector)"
+                    )
+        return data
+
+
 class DeploymentSettings(_Model):
     """The in-cluster tinyproxy: where it runs, which image, and who may use it for what."""
 
@@ -751,6 +995,86 @@ class DeploymentSettings(_Model):
         description="Extended regular expressions over the request's host that tinyproxy refuses (its Filter).",
     )
     config_dir: str = Field(default="/etc/tinyproxy", description="Where the config is mounted in the container.")
+    image_pull_secrets: list[DnsSubdomain] = Field(
+        default_factory=list,
+        description="Secrets (kubernetes.io/dockerconfigjson) in the proxy's namespace that let nodes pull the image; "
+        "check --probe's pods name them too, in their own namespace.",
+    )
+    node_selector: dict[LabelKey, LabelValue] = Field(
+        default_factory=dict,
+        description="Node labels the proxy's nodes must have, besides kubernetes.io/os: linux (and the probe's pods).",
+    )
+    tolerate_all_taints: bool = Field(
+        default=True,
+        description="Tolerate every taint (the proxy is every node's egress); false: only `tolerations`, e.g. where "
+        "a toleration whitelist (PodTolerationRestriction) refuses the catch-all.",
+    )
+    tolerations: list[Toleration] = Field(
+        default_factory=list,
+        description="Tolerations after the catch-all (which already tolerates every taint: they matter with "
+        "tolerateAllTaints: false); the probe's pods get them too.",
+    )
+    affinity: Affinity | None = Field(
+        default=None, description="Node affinity terms, combined with the proxy's own (nodeAffinity only)."
+    )
+    priority_class_name: Annotated[str, AfterValidator(_priority_class)] = Field(
+        default=DEFAULT_PRIORITY_CLASS,
+        description="The proxy's PriorityClass: system-node-critical (it is every node's egress), another class, or "
+        "'' for none. Outside kube-system a cluster may refuse system-* classes without a ResourceQuota (GKE).",
+    )
+
+    @property
+    def required_node_terms(self) -> list[NodeSelectorTerm]:
+        """The required node affinity terms of `affinity` (any one must hold), none when not given."""
+        node = self.affinity.node_affinity if self.affinity else None
+        required = node.required_during_scheduling_ignored_during_execution if node else None
+        return list(required.node_selector_terms) if required else []
+
+    @property
+    def preferred_node_terms(self) -> list[PreferredSchedulingTerm]:
+        node = self.affinity.node_affinity if self.affinity else None
+        return list(node.preferred_during_scheduling_ignored_during_execution) if node else []
+
+    @field_validator("namespace")
+    @classmethod
+    def _not_the_probes(cls, value: str) -> str:
+        if value == PROBE_NAMESPACE:
+            raise ValueError(
+                f"{value!r} is the namespace of check --probe's pods, where Pod Security enforces 'restricted', "
+                "which refuses the proxy's pods (expected another namespace, e.g. kube-system)"
+            )
+        return value
+
+    @field_validator("image_pull_secrets")
+    @classmethod
+    def _unique_names(cls, value: list[str]) -> list[str]:
+        return sorted(set(value))
+
+    @field_validator("node_selector")
+    @classmethod
+    def _linux_only(cls, value: dict[str, str]) -> dict[str, str]:
+        if value.get(OS_LABEL, "linux") != "linux":
+            raise ValueError(
+                f"{OS_LABEL}: {value[OS_LABEL]!r}: the proxy's image runs on Linux nodes only (expected linux, or "
+                "no such key: the proxy selects linux itself)"
+            )
+        return dict(sorted(value.items()))
+
+    @field_validator("tolerations")
+    @classmethod
+    def _canonical_tolerations(cls, value: list[Toleration]) -> list[Toleration]:
+        """By key, operator, value, effect and seconds, each once: their order means nothing to Kubernetes."""
+        unique = {
+            (
+                t.key or "",
+                t.operator,
+                t.value or "",
+                t.effect or "",
+                -1 if t.toleration_seconds is None else t.toleration_seconds,
+            ): t
+            for t in value
+        }
+        return [unique[k] for k in sorted(unique)]
 
     @field_validator("config_dir")
     @classmethod
@@ -1210,6 +1534,8 @@ def _collapsed(ranges: Sequence[str]) -> list[ipaddress.IPv4Network | ipaddress.
 
 
 def _path(loc: tuple[int | str, ...]) -> str:
+    if loc[-1:] == ("[key]",):  # a mapping's key failed: the mapping is the field, the message names the key
+        loc = loc[:-2]
     out = ""
     for part in loc:
         if isinstance(part, int):

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..noproxy import Kind, parse_entry
-from ..settings import STAT_HOST, NetworkValues, Settings
+from ..settings import OS_LABEL, STAT_HOST, NetworkValues, Settings
 
 __all__ = [
     "APP_LABEL",
@@ -24,13 +24,16 @@ __all__ = [
     "daemonset",
     "firewall_command",
     "firewall_rules",
+    "image_pull_secrets",
     "ip_family_fields",
     "labels",
+    "node_selector",
     "probe",
     "restricted_security_context",
     "service",
     "tinyproxy_conf",
     "tinyproxy_filter",
+    "tolerations",
 ]
 
 Obj = dict[str, Any]
@@ -292,13 +295,16 @@ def daemonset(settings: Settings, digest: Any) -> Obj:
     else:
         volume_source = {"configMap": {"name": config_name(settings), "defaultMode": 0o444}}
     uid = d.run_as_user
+    priority = {"priorityClassName": d.priority_class_name} if d.priority_class_name else {}
+    tolerated = tolerations(settings)
     pod_spec: Obj = {
         "hostNetwork": True,
         "dnsPolicy": "Default",
-        "priorityClassName": "system-node-critical",
-        "nodeSelector": {"kubernetes.io/os": "linux"},
+        **priority,
+        "nodeSelector": node_selector(settings),
         **_placement(settings),
-        "tolerations": [{"operator": "Exists"}],
+        **({"tolerations": tolerated} if tolerated else {}),
+        **image_pull_secrets(settings),
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": 10,
@@ -392,16 +398,48 @@ NO_DAEMONSET_LABELS = {"eks.amazonaws.com/compute-type": "fargate", "type": "vir
 
 def _placement(settings: Settings) -> Obj:
     """Off nodes that cannot run it (virtual kubelets, Fargate); off control-plane nodes unless
-    `deployment.controlPlane` asks for them."""
+    `deployment.controlPlane` asks for them; and on the nodes `deployment.affinity` selects.
+
+    Terms are ORed and a term's expressions ANDed, so the proxy's own expressions lead each of the user's terms:
+    a node must meet them and one of the user's terms.
+    """
     expressions: list[Obj] = [
         {"key": key, "operator": "NotIn", "values": [value]} for key, value in sorted(NO_DAEMONSET_LABELS.items())
     ]
     if not settings.deployment.control_plane:
         expressions.insert(0, {"key": CONTROL_PLANE_LABEL, "operator": "DoesNotExist"})
-    term = {"matchExpressions": expressions}
-    return {
-        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+    d = settings.deployment
+    terms = [{"matchExpressions": [*expressions, *t.spec()]} for t in d.required_node_terms]
+    affinity: Obj = {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": terms or [{"matchExpressions": expressions}]
+        }
     }
+    if d.preferred_node_terms:
+        affinity["preferredDuringSchedulingIgnoredDuringExecution"] = [
+            {"weight": t.weight, "preference": {"matchExpressions": t.preference.spec()}}
+            for t in d.preferred_node_terms
+        ]
+    return {"affinity": {"nodeAffinity": affinity}}
+
+
+def node_selector(settings: Settings) -> dict[str, str]:
+    """The proxy's nodeSelector (and the probe pods'): Linux, and `deployment.nodeSelector`, sorted by key."""
+    return dict(sorted({OS_LABEL: "linux", **settings.deployment.node_selector}.items()))
+
+
+def tolerations(settings: Settings) -> list[Obj]:
+    """Every taint (the proxy is every node's egress) unless `deployment.tolerateAllTaints` is false, then the
+    settings' own tolerations; the probe pods take the same, so that they land where the proxy runs."""
+    d = settings.deployment
+    catch_all: list[Obj] = [{"operator": "Exists"}] if d.tolerate_all_taints else []
+    return [*catch_all, *(t.spec() for t in d.tolerations)]
+
+
+def image_pull_secrets(settings: Settings) -> Obj:
+    """`imagePullSecrets` naming `deployment.imagePullSecrets`, for a pod spec; nothing when there are none."""
+    names = settings.deployment.image_pull_secrets
+    return {"imagePullSecrets": [{"name": name} for name in names]} if names else {}
 
 
 def _firewall_container(settings: Settings) -> Obj:

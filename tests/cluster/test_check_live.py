@@ -31,9 +31,10 @@ import pytest
 import yaml
 
 from proxy_component.check import CHECK_NAME, SERVICES, Access, accesses, check_cluster, connect
+from proxy_component.probe import probe_pod
 from proxy_component.render import plain_values
 from proxy_component.render.env import pod_env
-from proxy_component.settings import Settings, load_settings, parse_settings
+from proxy_component.settings import DEFAULT_IMAGE, PROBE_NAMESPACE, Settings, load_settings, parse_settings
 from tests.integration import test_probe_live as probe_live
 from tests.pki import make_ca
 
@@ -66,8 +67,9 @@ componentsPatches:
   - {{key: manage-all-nodes, value: "false"}}
   - {{key: manage-nodes-with-annotation-selector, value: kwok.x-k8s.io/node=fake}}
 """
-# What kwok answers to `kubectl logs` in kube-system (CRI log format), for the probe's end-to-end test: the probe
-# pods' container and the proxy pods' (the API server reaches kwok at the nodes' Hostname, localhost).
+# What kwok answers to `kubectl logs` in kube-system and the probe's namespace (CRI log format), for the probe's
+# end-to-end test: the probe pods' container and the proxy pods' (the API server reaches kwok at the nodes' Hostname,
+# localhost).
 KWOK_LOGS = """\
 ---
 apiVersion: kwok.x-k8s.io/v1alpha1
@@ -76,7 +78,7 @@ metadata:
   name: kube-system-logs
 spec:
   selector:
-    matchNamespaces: [kube-system]
+    matchNamespaces: [kube-system, proxy-component-probe]
   logs:
   - containers: [probe]
     logsFile: {probe}
@@ -736,9 +738,9 @@ start_proxy = probe_live.start_proxy
 busybox_path = probe_live.busybox_path
 
 
-def _probe_pods(live: Live) -> list[dict[str, Any]]:
+def _probe_pods(live: Live, namespace: str = PROBE_NAMESPACE) -> list[dict[str, Any]]:
     pods: list[dict[str, Any]] = json.loads(
-        live.kubectl("-n", "kube-system", "get", "pods", "-l", PROBE_SELECTOR, "-o", "json")
+        live.kubectl("-n", namespace, "get", "pods", "-l", PROBE_SELECTOR, "-o", "json")
     )["items"]
     return pods
 
@@ -755,13 +757,17 @@ def test_probe_pins_a_pod_per_node_under_exactly_the_rendered_role_and_removes_t
     proxy_nodes = sorted(p["spec"]["nodeName"] for p in proxies["items"])
     assert len(proxy_nodes) == 3
     with granted(live, live.settings, probe=True):
-        assert live.can_i("create", "pods", "-n", "kube-system")
-        assert live.can_i("delete", "pods", "-n", "kube-system")
+        assert live.can_i("create", "pods", "-n", PROBE_NAMESPACE)
+        assert live.can_i("delete", "pods", "-n", PROBE_NAMESPACE)
+        assert live.can_i("get", "pods", "--subresource=log", "-n", PROBE_NAMESPACE)
         assert live.can_i("get", "pods", "--subresource=log", "-n", "kube-system")
+        assert not live.can_i("create", "pods", "-n", "kube-system")
+        assert not live.can_i("delete", "pods", "-n", "kube-system")
         assert not live.can_i("create", "pods", "-n", "default")
-        assert not live.can_i("create", "pods", "--subresource=exec", "-n", "kube-system")
-        assert not live.can_i("create", "pods", "--subresource=portforward", "-n", "kube-system")
-        assert not live.can_i("get", "pods", "-n", "kube-system")
+        for namespace in ("kube-system", PROBE_NAMESPACE):
+            assert not live.can_i("create", "pods", "--subresource=exec", "-n", namespace)
+            assert not live.can_i("create", "pods", "--subresource=portforward", "-n", namespace)
+            assert not live.can_i("get", "pods", "-n", namespace)
         urls = ["https://registry.example/v2/", "http://mirror.example/"]
         proc = _check_process(live, "--json", "--probe", *urls, "--probe-timeout", "2", "--probe-deadline", "15")
         seen: dict[str, dict[str, Any]] = {}
@@ -777,6 +783,7 @@ def test_probe_pins_a_pod_per_node_under_exactly_the_rendered_role_and_removes_t
                 proc.kill()
         assert proc.returncode == 1, stdout + stderr
         assert _probe_pods(live) == [], "every probe pod is deleted"
+        assert _probe_pods(live, "kube-system") == [], "none in the proxy's namespace"
     assert sorted(p["spec"]["nodeName"] for p in seen.values()) == proxy_nodes
     for pod in seen.values():
         spec = pod["spec"]
@@ -785,6 +792,7 @@ def test_probe_pins_a_pod_per_node_under_exactly_the_rendered_role_and_removes_t
         assert container["command"][:2] == ["/bin/sh", "-c"]
         assert spec["activeDeadlineSeconds"] == 15
         assert spec["tolerations"] == [{"operator": "Exists"}]
+        assert spec["nodeSelector"] == ds["spec"]["template"]["spec"]["nodeSelector"]
         assert spec["restartPolicy"] == "Never"
         assert spec["automountServiceAccountToken"] is False
         assert container["securityContext"] == {
@@ -794,7 +802,7 @@ def test_probe_pins_a_pod_per_node_under_exactly_the_rendered_role_and_removes_t
             "privileged": False,
             "capabilities": {"drop": ["ALL"]},
         }
-        assert pod["metadata"]["namespace"] == "kube-system"
+        assert pod["metadata"]["namespace"] == PROBE_NAMESPACE
     rows = [r for r in json.loads(stdout) if r["kind"] == "probe"]
     assert [(r["node"], r["url"], r["outcome"]) for r in rows] == [
         (node, url, "timeout") for node in proxy_nodes for url in urls
@@ -822,7 +830,7 @@ def test_an_interrupted_probe_leaves_no_pod(live: Live) -> None:
 def test_probe_without_the_probe_role_is_403_exit_2_and_leaves_nothing(live: Live) -> None:
     result = live.check("--probe", "https://registry.example/", "--probe-deadline", "20")
     assert result.returncode == 2, result.stdout + result.stderr
-    assert 'cannot create resource "pods" in API group "" in the namespace "kube-system"' in result.stderr
+    assert f'cannot create resource "pods" in API group "" in the namespace "{PROBE_NAMESPACE}"' in result.stderr
     assert "--format check-rbac" in result.stderr
     assert _probe_pods(live) == []
 
@@ -863,7 +871,7 @@ def test_probe_end_to_end_with_a_real_transcript_served_as_the_pods_log(
                 (live.workdir / "probe.log").write_text(_cri_log(ran.stdout))
                 (live.workdir / "tinyproxy.log").write_text(_cri_log(proxy.log_text()))
                 for pod in pods:
-                    live.kubectl("-n", "kube-system", "patch", "pod", pod["metadata"]["name"], "--subresource=status",
+                    live.kubectl("-n", PROBE_NAMESPACE, "patch", "pod", pod["metadata"]["name"], "--subresource=status",
                                  "--type=merge", "-p", '{"status": {"phase": "Succeeded"}}')  # fmt: skip
                 stdout, stderr = proc.communicate(timeout=60)
             finally:
@@ -878,3 +886,104 @@ def test_probe_end_to_end_with_a_real_transcript_served_as_the_pods_log(
         for url, outcome in zip(urls, ["filtered", "dns-failure", "ok"], strict=True)
     ]  # fmt: skip
     assert rows[2]["detail"] == "the origin answered HTTP/1.1 204 No Content"
+
+
+# --- what the probe role cannot do ----------------------------------------------------------------------------------
+# Root on a node by three doors: a privileged pod in the host's PID namespace with / mounted, a hostPath of /, and the
+# node's network (its loopback services, the kubelet's ports, the metadata endpoint as the node).
+
+
+def _escape(door: str, namespace: str, node: str) -> dict[str, Any]:
+    """The privileged pod (root, the host's PIDs, / mounted), or a pod Pod Security `restricted` admits but for one
+    door: a hostPath of /, or the node's network."""
+    container: dict[str, Any] = {"name": "c", "image": DEFAULT_IMAGE, "command": ["sleep", "3600"]}
+    spec: dict[str, Any] = {"nodeName": node, "containers": [container]}
+    if door == "privileged":
+        spec["hostPID"] = True
+        container["securityContext"] = {"privileged": True, "runAsUser": 0}
+    else:
+        spec["securityContext"] = {
+            "runAsNonRoot": True,
+            "runAsUser": 61888,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }
+        container["securityContext"] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    if door in ("privileged", "hostpath"):
+        spec["volumes"] = [{"name": "host", "hostPath": {"path": "/"}}]
+        container["volumeMounts"] = [{"name": "host", "mountPath": "/host"}]
+    if door == "hostnetwork":
+        spec["hostNetwork"] = True
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"escape-{door}", "namespace": namespace},
+            "spec": spec}  # fmt: skip
+
+
+# What Pod Security `restricted` says of each: the door itself (for the two otherwise restricted pods, only it).
+REFUSALS = {
+    "privileged": ('privileged (container "c" must not set securityContext.privileged=true)', "hostPID=true",
+                   'volume "host" uses restricted volume type "hostPath"'),
+    "hostpath": ('violates PodSecurity "restricted:latest": restricted volume types (volume "host" uses restricted '
+                 'volume type "hostPath")\n',),
+    "hostnetwork": ('violates PodSecurity "restricted:latest": host namespaces (hostNetwork=true)\n',),
+}  # fmt: skip
+
+
+def _dry_run(live: Live, obj: dict[str, Any], *as_: str) -> subprocess.CompletedProcess[str]:
+    """`kubectl create --dry-run=server`: authorization and admission run in full, nothing is stored."""
+    return subprocess.run(
+        ["kubectl", "--kubeconfig", str(live.kubeconfig), "create", "--dry-run=server", "-o", "json", "-f", "-", *as_],
+        input=json.dumps(obj), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+def test_the_probe_role_cannot_create_a_privileged_host_path_or_host_network_pod_but_admits_its_own(
+    live: Live,
+) -> None:
+    node = _probe_pods_nodes(live)[0]
+    as_check = ("--as", SERVICE_ACCOUNT)
+    with granted(live, live.settings, probe=True):
+        _wait(lambda: live.can_i("create", "pods", "-n", PROBE_NAMESPACE), "the probe role in force")
+        for door in ("privileged", "hostpath", "hostnetwork"):
+            for namespace in ("kube-system", "default"):  # RBAC: no create there
+                refused = _dry_run(live, _escape(door, namespace, node), *as_check)
+                assert refused.returncode != 0, (door, namespace, refused.stdout)
+                assert f'cannot create resource "pods" in API group "" in the namespace "{namespace}"' in refused.stderr
+            # Where the role may create pods, Pod Security `restricted` refuses it, whoever asks (the admin too).
+            for who in (as_check, ()):
+                refused = _dry_run(live, _escape(door, PROBE_NAMESPACE, node), *who)
+                assert refused.returncode != 0, (door, who, refused.stdout)
+                assert 'violates PodSecurity "restricted:latest"' in refused.stderr, refused.stderr
+                assert all(text in refused.stderr for text in REFUSALS[door]), refused.stderr
+        # The probe's own pod, as check --probe builds it, is admitted under the role.
+        settings = load_settings(str(live.settings))
+        own = probe_pod(settings, node, "dryrun", 0, "echo probe", 60)
+        admitted = _dry_run(live, own, *as_check)
+        assert admitted.returncode == 0, admitted.stderr
+        assert "Warning" not in admitted.stderr, admitted.stderr
+        assert json.loads(admitted.stdout)["metadata"]["namespace"] == PROBE_NAMESPACE
+
+
+def test_the_grant_the_probe_role_had_before_admits_the_privileged_pod_in_kube_system(live: Live) -> None:
+    """The control: `create pods` in the proxy's namespace, what `render --format check-rbac --probe` granted before
+    the probe had a namespace of its own, lets the same identity create the privileged pod the test above refuses."""
+    node = _probe_pods_nodes(live)[0]
+    name = "proxy-component-check-before"
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": name, "namespace": "kube-system"},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}]}  # fmt: skip
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": {"name": name, "namespace": "kube-system"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+               "subjects": [{"kind": "ServiceAccount", "name": CHECK_NAME, "namespace": "kube-system"}]}  # fmt: skip
+    live.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all([role, binding]))
+    try:
+        _wait(lambda: live.can_i("create", "pods", "-n", "kube-system"), "the former grant in force")
+        for door in ("privileged", "hostpath", "hostnetwork"):
+            admitted = _dry_run(live, _escape(door, "kube-system", node), "--as", SERVICE_ACCOUNT)
+            assert admitted.returncode == 0, (door, admitted.stderr)
+    finally:
+        live.kubectl("-n", "kube-system", "delete", "role,rolebinding", name)
+
+
+def _probe_pods_nodes(live: Live) -> list[str]:
+    proxies = json.loads(live.kubectl("-n", "kube-system", "get", "pods", "-l", "app=http-proxy", "-o", "json"))
+    return sorted(p["spec"]["nodeName"] for p in proxies["items"])

@@ -36,6 +36,22 @@ CHANGES: dict[str, dict[str, Any]] = {
             "controlPlane": True,
         }
     },
+    "scheduling": {
+        "proxy-component:deployment": {
+            "imagePullSecrets": ["corp-registry"],
+            "nodeSelector": {"node.kubernetes.io/pool": "egress"},
+            "tolerateAllTaints": False,
+            "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [{"matchExpressions": [{"key": "egress", "operator": "Exists"}]}]
+                    }
+                }
+            },
+            "priorityClassName": "",
+        }
+    },
     "another pod CIDR": {"proxy-component:cluster": {**DEV["proxy-component:cluster"], "podCidrs": ["fd00:20::/56"]}},
 }
 

@@ -176,6 +176,12 @@ def test_credentials_from_yaml_stay_secret(project_factory: Any, hosts: Path, pl
     [
         (("cluster", "podCidrs"), ["10.0.0.1/33"], "cluster.podCidrs[0]: '10.0.0.1/33' is not a CIDR"),
         (("cluster", "nodeCidrs"), ["10.0.0.0/8", "0.0.0.0/0"], "cluster.nodeCidrs[1]: "),
+        (
+            ("deployment", "tolerations"),
+            [{"operator": "Equal", "value": "egress"}],
+            "deployment.tolerations[0]: operator 'Equal' with no key",
+        ),
+        (("deployment", "priorityClassName"), "system-critical", "deployment.priorityClassName: 'system-critical'"),
     ],
 )
 def test_bad_settings_from_yaml_fail_with_the_field_naming_message(
@@ -184,7 +190,7 @@ def test_bad_settings_from_yaml_fail_with_the_field_naming_message(
     project = yaml_project(project_factory, hosts, plugin)
     program = yaml.safe_load((project.dir / "Pulumi.yaml").read_text())
     settings = program["resources"]["proxy"]["properties"]["settings"]
-    settings[where[0]][where[1]] = value
+    settings.setdefault(where[0], {})[where[1]] = value
     (project.dir / "Pulumi.yaml").write_text(yaml.safe_dump(program, sort_keys=False))
     up = project.run("up", "--yes", "--skip-preview", check=False)
     assert up.returncode != 0
@@ -201,6 +207,45 @@ def test_bad_settings_from_yaml_fail_with_the_field_naming_message(
         assert problem in output, f"{problem!r} not in:\n{output}"
     assert "Traceback" not in output
     assert 'File "' not in output
+
+
+SCHEDULING = {
+    "imagePullSecrets": ["corp-registry"],
+    "nodeSelector": {"node.kubernetes.io/pool": "egress"},
+    "tolerateAllTaints": False,
+    "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "egress", "effect": "NoSchedule"},
+                    {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+                     "tolerationSeconds": 30}],
+    "affinity": {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["a", "b"]}]}
+        ]},
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 10, "preference": {"matchExpressions": [{"key": "cores", "operator": "Gt", "values": ["4"]}]}}
+        ],
+    }},
+    "priorityClassName": "egress-critical",
+}  # fmt: skip
+
+
+def test_the_scheduling_settings_from_yaml_write_what_render_writes(
+    project_factory: Any, hosts: Path, plugin: Path, tmp_path: Path
+) -> None:
+    """Pull Secrets, nodeSelector, tolerations, node affinity and the PriorityClass through the schema's types (a
+    map, lists of objects, nested objects with Kubernetes' long keys) reach the DaemonSet as `render` writes it."""
+    project = yaml_project(project_factory, hosts, plugin)
+    program = yaml.safe_load((project.dir / "Pulumi.yaml").read_text())
+    settings = program["resources"]["proxy"]["properties"]["settings"]
+    settings["deployment"] = SCHEDULING
+    (project.dir / "Pulumi.yaml").write_text(yaml.safe_dump(program, sort_keys=False))
+    up = project.up()
+    assert "Traceback" not in up.stdout + up.stderr
+    rendered = read_rendered(project.dir / "rendered")
+    assert rendered == _render(settings, tmp_path)
+    (spec,) = [o["spec"]["template"]["spec"] for k, o in rendered.items() if k[0] == "DaemonSet"]
+    assert spec["imagePullSecrets"] == [{"name": "corp-registry"}]
+    assert spec["priorityClassName"] == "egress-critical"
+    assert len(spec["tolerations"]) == 2
 
 
 def test_an_unknown_key_from_yaml_is_refused_by_its_type_check(project_factory: Any, hosts: Path, plugin: Path) -> None:

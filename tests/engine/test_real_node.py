@@ -27,7 +27,9 @@ from typing import Any
 import pytest
 import yaml
 
+from proxy_component.check import CHECK_NAME
 from proxy_component.image import DEFAULT_IMAGE
+from proxy_component.settings import PROBE_NAMESPACE
 from tests.pki import make_ca, make_leaf
 
 from .conftest import ROOT, Project
@@ -413,9 +415,31 @@ def test_through_the_proxy_the_node_metadata_other_pods_and_the_api_server_are_r
 
 
 def test_check_probe_runs_on_the_real_node_with_the_projects_image(real: RealNode, example: Project) -> None:
+    """Under exactly the role `render --format check-rbac --probe` writes (its ServiceAccount's token), its pods in
+    their own namespace, where Pod Security enforces `restricted`: the kubelet runs them there."""
+    rbac = run(sys.executable, "-m", "proxy_component.cli", "render", str(EXAMPLE / "proxy.yaml"), "--format",
+               "check-rbac", "--probe", cwd=ROOT).stdout  # fmt: skip
+    real.kubectl("apply", "-f", "-", stdin=rbac)
+    token = real.kubectl("-n", "kube-system", "create", "token", CHECK_NAME).strip()
+    config = yaml.safe_load(real.kubeconfig.read_text())
+    config["users"] = [{"name": "check", "user": {"token": token}}]
+    for context in config["contexts"]:
+        context["context"]["user"] = "check"
+    role = real.workdir / "check.kubeconfig"
+    role.write_text(yaml.safe_dump(config))
+    account = f"system:serviceaccount:kube-system:{CHECK_NAME}"
+    deadline = time.monotonic() + 60
+    while real.kubectl("auth", "can-i", "create", "pods", "-n", PROBE_NAMESPACE, "--as", account,
+                       check=False).strip() != "yes":  # fmt: skip
+        assert time.monotonic() < deadline, "the probe role is not in force"
+        time.sleep(0.5)
+    assert (
+        real.kubectl("auth", "can-i", "create", "pods", "-n", "kube-system", "--as", account, check=False).strip()
+        == "no"
+    )
     t0 = time.monotonic()
     result = run(sys.executable, "-m", "proxy_component.cli", "check", str(EXAMPLE / "proxy.yaml"), "--kubeconfig",
-                 str(real.kubeconfig), "--json", "--probe", "http://origin.example/", "http://169.254.169.254/",
+                 str(role), "--json", "--probe", "http://origin.example/", "http://169.254.169.254/",
                  check=False, timeout=300, cwd=ROOT)  # fmt: skip
     print(f"realnode: check --probe in {time.monotonic() - t0:.1f}s", file=sys.stderr)
     assert result.returncode == 1, result.stderr  # one probe fails, as it should
@@ -425,8 +449,8 @@ def test_check_probe_runs_on_the_real_node_with_the_projects_image(real: RealNod
     assert (ok["node"], ok["outcome"], ok["severity"]) == (real.node, "ok", "ok"), ok
     assert "200" in ok["detail"], ok
     assert (refused["node"], refused["outcome"]) == (real.node, "filtered"), refused
-    left = real.get("pods", "-n", "kube-system", "-l", "app.kubernetes.io/component=check-probe")["items"]
-    assert left == []
+    for namespace in ("kube-system", PROBE_NAMESPACE):
+        assert real.get("pods", "-n", namespace, "-l", "app.kubernetes.io/component=check-probe")["items"] == []
 
 
 def _settings(**deployment: Any) -> dict[str, Any]:

@@ -21,6 +21,7 @@ import yaml
 from jsonschema import Draft7Validator
 
 from proxy_component.check import rbac_objects
+from proxy_component.probe import probe_pod
 from proxy_component.render import manifests
 from proxy_component.settings import Settings, SettingsError, parse_settings
 
@@ -97,6 +98,42 @@ VARIANTS: dict[str, dict[str, Any]] = {
             "apiServerIps": ["10.96.0.1"],
         },
     },
+    "scheduling": {
+        "deployment": {
+            "imagePullSecrets": ["corp-registry"],
+            "nodeSelector": {"node.kubernetes.io/pool": "general"},
+            "tolerateAllTaints": False,
+            "tolerations": [
+                {"key": "dedicated", "value": "egress", "effect": "NoSchedule"},
+                {
+                    "key": "node.kubernetes.io/unreachable",
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": 30,
+                },
+            ],
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchExpressions": [
+                                    {"key": "node.kubernetes.io/pool", "operator": "In", "values": ["general"]}
+                                ]
+                            }
+                        ]
+                    },
+                    "preferredDuringSchedulingIgnoredDuringExecution": [
+                        {
+                            "weight": 10,
+                            "preference": {"matchExpressions": [{"key": "cores", "operator": "Gt", "values": ["4"]}]},
+                        }
+                    ],
+                }
+            },
+            "priorityClassName": "egress-critical",
+        },
+    },
     "deployment-disabled": {
         "proxy": {"httpProxy": "http://proxy.corp.example:3128"},
         "deployment": {"enabled": False},
@@ -169,6 +206,13 @@ def test_variant_objects_validate(name: str) -> None:
     elif name == "dual-stack":
         (svc,) = _by_kind(objects, "Service")
         assert svc["spec"]["ipFamilyPolicy"] == "PreferDualStack"
+    elif name == "scheduling":
+        (ds,) = _by_kind(objects, "DaemonSet")
+        spec = ds["spec"]["template"]["spec"]
+        assert (spec["imagePullSecrets"], spec["priorityClassName"]) == ([{"name": "corp-registry"}], "egress-critical")
+        assert len(spec["tolerations"]) == 2
+        # The probe's pod, with the same scheduling, validates too.
+        _validate_all([probe_pod(_variant(**VARIANTS[name]), "node-a", "run1", 0, "true", 60)])
     elif name.startswith("admission"):
         api = "admissionregistration.k8s.io/" + ("v1beta1" if name.endswith("v1beta1") else "v1")
         assert [(o["apiVersion"], o["kind"]) for o in objects[-2:]] == [
@@ -182,11 +226,11 @@ def test_variant_objects_validate(name: str) -> None:
         assert {o["metadata"]["namespace"] for o in proxy_configs} == {"default", "ci", "monitoring"}
 
 
-@pytest.mark.parametrize("name", ["example", *sorted(VARIANTS), "kyverno"])
+@pytest.mark.parametrize("name", ["example", *sorted(VARIANTS), "kyverno", "probe"])
 def test_check_rbac_objects_validate(name: str) -> None:
-    """The ServiceAccount and roles of `render --format check-rbac`."""
+    """The ServiceAccount and roles of `render --format check-rbac` (with `--probe`, the probe's Namespace too)."""
     extra = {"injection": {"kyverno": True}} if name == "kyverno" else VARIANTS.get(name, {})
-    objects = rbac_objects(_variant(**extra))
+    objects = rbac_objects(_variant(**extra), probe=name == "probe")
     _validate_all(objects)
     assert {o["kind"] for o in objects} == {
         "ServiceAccount",
@@ -194,6 +238,7 @@ def test_check_rbac_objects_validate(name: str) -> None:
         "ClusterRoleBinding",
         "Role",
         "RoleBinding",
+        *(["Namespace"] if name == "probe" else []),
     }
 
 

@@ -396,7 +396,7 @@ class _Kubelet:
     def __init__(self, proxy: Proxy, busybox_path: str, scratch: Path) -> None:
         self.proxy, self.busybox_path, self.scratch = proxy, busybox_path, scratch
         self.pods: dict[str, Any] = {
-            "http-proxy-a1b2c": _pod("http-proxy-a1b2c", "node-a", "Running", {"app": "http-proxy"}),
+            "http-proxy-a1b2c": _pod("http-proxy-a1b2c", "node-a", "Running", {"app": "http-proxy"}, "kube-system"),
         }
         self.logs: dict[str, str] = {}
         self.created: list[dict[str, Any]] = []
@@ -404,10 +404,11 @@ class _Kubelet:
 
     def list_namespaced_pod(self, namespace: str, label_selector: str = "", **kwargs: Any) -> Any:
         key, _, value = label_selector.partition("=")
-        items = [p for p in self.pods.values() if p.metadata.labels.get(key) == value]
+        items = [p for p in self.pods.values() if p.metadata.labels.get(key) == value and p.namespace == namespace]
         return SimpleNamespace(items=items, metadata=SimpleNamespace(_continue=None))
 
     def create_namespaced_pod(self, namespace: str, body: dict[str, Any]) -> Any:
+        assert namespace == body["metadata"]["namespace"]
         self.created.append(body)
         name = body["metadata"]["name"]
         command = body["spec"]["containers"][0]["command"]
@@ -418,10 +419,11 @@ class _Kubelet:
                               timeout=WAIT * 4)  # fmt: skip
         self.logs[name] = done.stdout
         phase = "Succeeded" if done.returncode == 0 else "Failed"
-        self.pods[name] = _pod(name, body["spec"]["nodeName"], phase, body["metadata"]["labels"])
+        self.pods[name] = _pod(name, body["spec"]["nodeName"], phase, body["metadata"]["labels"], namespace)
         return self.pods[name]
 
     def read_namespaced_pod_log(self, name: str, namespace: str, container: str, **_: Any) -> str:
+        assert self.pods[name].namespace == namespace
         if name.startswith("http-proxy-"):
             assert container == "tinyproxy"
             return self.proxy.log_text()
@@ -430,12 +432,14 @@ class _Kubelet:
 
     def delete_namespaced_pod(self, name: str, namespace: str, grace_period_seconds: int) -> None:
         assert grace_period_seconds == 0
+        assert self.pods[name].namespace == namespace
         self.deleted.append(name)
         del self.pods[name]
 
 
-def _pod(name: str, node: str, phase: str, labels: dict[str, str]) -> Any:
+def _pod(name: str, node: str, phase: str, labels: dict[str, str], namespace: str) -> Any:
     return SimpleNamespace(
+        namespace=namespace,
         metadata=SimpleNamespace(name=name, labels=labels, deletion_timestamp=None),
         spec=SimpleNamespace(node_name=node),
         status=SimpleNamespace(phase=phase),
@@ -467,5 +471,6 @@ def test_probe_cluster_end_to_end_through_a_real_tinyproxy(
     ]
     (pod,) = kubelet.created
     assert pod["spec"]["nodeName"] == "node-a"
+    assert pod["metadata"]["namespace"] == "proxy-component-probe", "the probe's own namespace, not the proxy's"
     assert kubelet.deleted == [pod["metadata"]["name"]]
     assert list(kubelet.pods) == ["http-proxy-a1b2c"]

@@ -5,12 +5,13 @@ transcripts; tests/cluster runs it against an API server."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import yaml
 
-from proxy_component.check import CHECK_NAME, accesses, rbac_objects
+from proxy_component.check import CHECK_NAME, CheckError, Cluster, accesses, probe_cluster, rbac_objects
 from proxy_component.cli import main
 from proxy_component.probe import (
     PROBE_COMPONENT,
@@ -22,30 +23,52 @@ from proxy_component.probe import (
     probe_pod,
     tls_client,
 )
-from proxy_component.settings import DEFAULT_IMAGE, parse_settings
+from proxy_component.settings import DEFAULT_IMAGE, PROBE_NAMESPACE, parse_settings
 
 BASE: dict[str, Any] = {"cluster": {"podCidrs": ["10.0.0.0/16"], "nodeCidrs": ["192.0.2.0/24"]}, "namespaces": ["default"]}  # fmt: skip
 
 
-def test_the_probe_role_adds_exactly_pods_create_delete_and_logs_in_the_proxy_namespace() -> None:
+def test_the_probe_role_creates_pods_only_in_its_own_restricted_namespace() -> None:
     settings = parse_settings(BASE)
     plain = rbac_objects(settings)
     probing = rbac_objects(settings, probe=True)
     roles = {(o["kind"], o["metadata"].get("namespace")): o["rules"] for o in probing if "rules" in o}
+    # In the proxy's namespace (kube-system) only the proxy pods' logs are added: no create, no delete.
     assert roles[("Role", "kube-system")] == [
         {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["get"], "resourceNames": ["http-proxy"]},
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+        {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+    ]
+    assert roles[("Role", PROBE_NAMESPACE)] == [
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
         {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"]},
     ]
+    creators = {k for k, rules in roles.items() for r in rules if {"create", "delete"} & set(r["verbs"])}
+    assert creators == {("Role", PROBE_NAMESPACE)}
+    # The namespace comes with the role, right after the ServiceAccount (before the Role in it), and its labels
+    # make the API server enforce Pod Security `restricted` on every pod created there.
+    assert [o["kind"] for o in probing[:2]] == ["ServiceAccount", "Namespace"]
+    assert probing[1]["metadata"] == {
+        "name": PROBE_NAMESPACE,
+        "labels": {
+            "app.kubernetes.io/part-of": "proxy-component",
+            "app.kubernetes.io/component": "check-probe",
+            "pod-security.kubernetes.io/audit": "restricted",
+            "pod-security.kubernetes.io/enforce": "restricted",
+            "pod-security.kubernetes.io/enforce-version": "latest",
+            "pod-security.kubernetes.io/warn": "restricted",
+        },
+    }
+    assert all(o["kind"] != "Namespace" for o in plain)
     plain_roles = {(o["kind"], o["metadata"].get("namespace")): o["rules"] for o in plain if "rules" in o}
-    assert {k: v for k, v in roles.items() if k != ("Role", "kube-system")} == {
+    assert {k: v for k, v in roles.items() if k not in (("Role", "kube-system"), ("Role", PROBE_NAMESPACE))} == {
         k: v for k, v in plain_roles.items() if k != ("Role", "kube-system")
     }
     assert set(accesses(settings, probe=True)) - set(accesses(settings)) == {
         a for a in accesses(settings, probe=True) if a.api.verb in ("create", "delete") or a.api.resource == "pods/log"
-    }
+    } | {a for a in accesses(settings, probe=True) if a.namespace == PROBE_NAMESPACE}
     # Without the proxy there is nothing to probe, and nothing more is granted.
     off = parse_settings({**BASE, "proxy": {"httpProxy": "http://proxy.corp:3128"}, "deployment": {"enabled": False}})
     assert rbac_objects(off, probe=True) == rbac_objects(off)
@@ -72,12 +95,14 @@ def test_the_probe_pod_is_pinned_hardened_and_uses_the_proxys_image() -> None:
     spec = pod["spec"]
     assert pod["metadata"] == {
         "name": "proxy-component-probe-abc123-0",
-        "namespace": "kube-system",
+        "namespace": PROBE_NAMESPACE,
         "labels": {"app.kubernetes.io/part-of": "proxy-component", "app.kubernetes.io/component": PROBE_COMPONENT,
                    RUN_LABEL: "abc123"},
     }  # fmt: skip
     assert (spec["nodeName"], spec["activeDeadlineSeconds"], spec["restartPolicy"]) == ("node-a", 90, "Never")
     assert spec["tolerations"] == [{"operator": "Exists"}]
+    assert spec["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    assert "imagePullSecrets" not in spec
     assert spec["securityContext"]["runAsNonRoot"] is True
     (container,) = spec["containers"]
     assert container["image"] == DEFAULT_IMAGE
@@ -127,3 +152,77 @@ def test_an_upstreams_own_refusal_and_an_incomplete_answer() -> None:
         str(result)
         == "FAIL: Node n: https://registry.example/: timeout: the origin's TLS answer was incomplete after 5 s"
     )
+
+
+class _Api:
+    """The core API calls probe_cluster makes: a proxy pod on node-a; `create` fails with `refuse` (an HTTP status)
+    or makes a pod that stays Pending, its container waiting with `waiting`."""
+
+    def __init__(self, refuse: int | None = None, waiting: tuple[str, str] | None = None) -> None:
+        self.refuse, self.waiting = refuse, waiting
+        self.pods: dict[tuple[str, str], Any] = {
+            ("kube-system", "http-proxy-a"): self._pod("http-proxy-a", {"app": "http-proxy"})
+        }
+        self.deleted: list[tuple[str, str]] = []
+
+    def _pod(self, name: str, labels: dict[str, str]) -> Any:
+        state = SimpleNamespace(waiting=SimpleNamespace(reason=self.waiting[0], message=self.waiting[1])) if (
+            self.waiting) else SimpleNamespace(waiting=None)  # fmt: skip
+        return SimpleNamespace(
+            metadata=SimpleNamespace(name=name, labels=labels, deletion_timestamp=None),
+            spec=SimpleNamespace(node_name="node-a"),
+            status=SimpleNamespace(phase="Pending", container_statuses=[SimpleNamespace(state=state)]),
+        )
+
+    def list_namespaced_pod(self, namespace: str, label_selector: str, **kwargs: Any) -> Any:
+        key, _, value = label_selector.partition("=")
+        items = [p for (ns, _name), p in self.pods.items() if ns == namespace and p.metadata.labels.get(key) == value]
+        return SimpleNamespace(items=items, metadata=SimpleNamespace(_continue=None))
+
+    def create_namespaced_pod(self, namespace: str, body: dict[str, Any]) -> Any:
+        if self.refuse is not None:
+            raise _ApiError(self.refuse)
+        pod = self._pod(body["metadata"]["name"], body["metadata"]["labels"])
+        self.pods[namespace, pod.metadata.name] = pod
+        return pod
+
+    def delete_namespaced_pod(self, name: str, namespace: str, grace_period_seconds: int) -> None:
+        self.deleted.append((namespace, name))
+        self.pods.pop((namespace, name), None)
+
+
+class _ApiError(Exception):
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+def test_probe_without_its_namespace_says_how_to_make_it() -> None:
+    api = _Api(refuse=404)
+    with pytest.raises(CheckError) as caught:
+        probe_cluster(parse_settings(BASE), Cluster({"core": api}, server="https://api.test"), ["http://a.example/"],
+                      wait=1, deadline=6)  # fmt: skip
+    assert str(caught.value) == (
+        "--probe: the namespace proxy-component-probe does not exist: the probe's pods run there, where Pod Security "
+        "enforces 'restricted' (apply `proxy-component render CONFIG --format check-rbac --probe`, which makes it)"
+    )
+
+
+@pytest.mark.parametrize("secrets", [[], ["corp-registry"]])
+def test_a_probe_pod_that_cannot_pull_its_image_says_so_and_names_the_secrets(secrets: list[str]) -> None:
+    api = _Api(waiting=("ImagePullBackOff", 'Back-off pulling image "registry.corp.example/proxy:1.11.2-1"'))
+    settings = parse_settings({**BASE, "deployment": {"imagePullSecrets": secrets}})
+    (result,) = probe_cluster(settings, Cluster({"core": api}, server="https://api.test"), ["http://a.example/"],
+                              wait=1, deadline=6)  # fmt: skip
+    assert result.outcome == "timeout"
+    where = (
+        "the Secrets deployment.imagePullSecrets names (corp-registry) must exist in namespace proxy-component-probe too"
+        if secrets
+        else "if its registry needs credentials, name their Secret in deployment.imagePullSecrets and copy it into "
+        "namespace proxy-component-probe"
+    )
+    assert result.detail.endswith(
+        "(phase Pending); its image could not be pulled (ImagePullBackOff: Back-off pulling image "
+        f'"registry.corp.example/proxy:1.11.2-1"): {where}'
+    )
+    assert [ns for ns, _ in api.deleted] == [PROBE_NAMESPACE]
