@@ -7,6 +7,7 @@ as Outputs and may be unknown at preview.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -110,8 +111,10 @@ class ClusterProxy(pulumi.ComponentResource):
         self.workload_values: ProxyValues = values
         env: pulumi.Output[Any] = pulumi.Output.from_input(env_vars(values))
         self.env: pulumi.Output[list[dict[str, str]]] = pulumi.Output.secret(env) if secret else env
-        self.runtime_env: pulumi.Output[dict[str, list[dict[str, str]]]] = _maybe_secret(
-            {runtime: env_vars(values.select({runtime})) for runtime in RUNTIMES}, secret
+        # As the transform gives it: with credentials the URLs are secretKeyRefs to proxy-config, so the env can go
+        # into a Deployment (in a namespace with that Secret) without putting the credentials in its spec.
+        self.runtime_env: pulumi.Output[dict[str, list[dict[str, Any]]]] = pulumi.Output.from_input(
+            {runtime: pod_env(settings, values.select({runtime})) for runtime in RUNTIMES}
         )
         self.trust: pulumi.Output[dict[str, Any]] | None = self._trust(settings, values)
 
@@ -252,6 +255,8 @@ class ClusterProxy(pulumi.ComponentResource):
         trust = bundle_in(settings, namespace)
         values = self.workload_values.select(selection)
         values = values.trusted() if trust else values
+        if settings.has_credentials:  # the URLs become secretKeyRefs: the result holds no credential, and is no secret
+            values = dataclasses.replace(values, http_proxy="", https_proxy="")
 
         def build(v: ProxyValues) -> dict[str, Any]:
             return {

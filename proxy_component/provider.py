@@ -156,15 +156,15 @@ class TrustGroup:
 
 
 class RuntimeEnv:
-    """The env of a container per runtime: the six variables and the runtime's own (the proxy env of the runtimes annotation with that one runtime)."""
+    """The env of a container per runtime, as the stack transform gives it to a workload annotated with that one runtime (outside a namespace with proxy-trust): the six variables and the runtime's own; with credentials the URLs are secretKeyRefs to the namespace's proxy-config Secret."""
 
-    java: pulumi.Output[list[EnvVar]]
+    java: pulumi.Output[list[ContainerEnvVar]]
     """With JDK_JAVA_OPTIONS (when rendered)."""
 
-    node: pulumi.Output[list[EnvVar]]
+    node: pulumi.Output[list[ContainerEnvVar]]
     """With NODE_USE_ENV_PROXY=1."""
 
-    python: pulumi.Output[list[EnvVar]]
+    python: pulumi.Output[list[ContainerEnvVar]]
     """With the Python-safe NO_PROXY in both spellings."""
 
 
@@ -265,7 +265,7 @@ class ClusterProxy(component.ClusterProxy):
     """JDK_JAVA_OPTIONS for a JVM (the proxy and http.nonProxyHosts); empty when not rendered (a proxy with credentials or an https:// proxy)."""
 
     runtime_env: pulumi.Output[RuntimeEnv]  # type: ignore[assignment]
-    """The env of a container per runtime (java, node, python); secret with credentials."""
+    """The env of a container per runtime (java, node, python), as the stack transform gives it; with credentials the URLs are secretKeyRefs to proxy-config."""
 
     trust: pulumi.Output[Optional[TrustGroup]]  # type: ignore[assignment]
     """With proxy.upstream.trustedCa: the trust group's variables, volume and mount, ready for a pod spec."""

@@ -133,9 +133,16 @@ def test_the_trust_and_runtime_outputs_are_the_pieces_container_env_puts_togethe
     assert ClusterProxy("plain", ClusterProxyArgs(settings=PLAIN)).trust is None
 
 
-def test_with_credentials_the_runtime_env_is_secret_and_the_trust_group_is_not(mocked: Harness) -> None:
+def test_with_credentials_the_runtime_env_reads_the_secret_and_nothing_is_secret(mocked: Harness) -> None:
     proxy = ClusterProxy("egress", ClusterProxyArgs(settings=CREDENTIALS))
-    assert mocked.secret(proxy.runtime_env)
+    runtime_env = mocked.value(proxy.runtime_env)
+    assert not mocked.secret(proxy.runtime_env)
+    assert "hunter2" not in repr(runtime_env)
+    assert runtime_env["node"] == mocked.value(proxy.container_env("apps", "node"))["env"]
+    assert runtime_env["node"][0] == {
+        "name": "HTTP_PROXY",
+        "valueFrom": {"secretKeyRef": {"name": "proxy-config", "key": "HTTP_PROXY"}},
+    }
     corporate = {**TRUST, "proxy": {**TRUST["proxy"], "httpProxy": "http://svc:hunter2@10.1.2.3:3128"}}
     with_ca = ClusterProxy("with-ca", ClusterProxyArgs(settings={**corporate, "deployment": {"enabled": False}}))
     assert with_ca.trust is not None
