@@ -60,6 +60,5 @@ export const noProxy = egress.noProxy;
 export const noProxyPython = egress.noProxyPython;
 export const proxyUrl = egress.proxyUrl;
 export const env = egress.env;
-export const trust = egress.trust;
 export const argoCdValues = egress.helmValuesFor({ profile: "argo-cd", release: "gitops" });
 export const webKustomization = egress.kustomization({ kind: "Deployment", name: "web", container: "web" });

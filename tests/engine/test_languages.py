@@ -234,7 +234,7 @@ def test_a_typescript_program_writes_the_objects_the_python_example_writes(
     trusted = source.replace('proxy: { noProxy: ["fd00::/8"] },',
                              f'proxy: {{ noProxy: ["fd00::/8"], upstream: {json.dumps(UPSTREAM)} }},')  # fmt: skip
     assert trusted.count("trustedCa") == 1
-    (project.dir / "index.ts").write_text(trusted)
+    (project.dir / "index.ts").write_text(trusted + "export const trust = egress.trust;\n")
     project.up()
     rendered = read_rendered(project.dir / "rendered")
     web = _hand_written(rendered, WITH_TRUST)
@@ -390,3 +390,24 @@ def test_an_unknown_key_from_an_untyped_program_fails_with_the_python_message(
     assert problem in output, output
     assert "Traceback" not in output
     assert not (project.dir / "rendered").exists()
+
+
+def test_a_bad_method_argument_from_typescript_fails_with_the_python_message(
+    project_factory: Any, hosts: Path, plugin: Path
+) -> None:
+    """helmValuesFor with a bad release: the program fails with the line helm_values_for gives Python, no trace."""
+    project = typescript_project(project_factory, hosts, plugin, "typescript-bad-release")
+    source = (project.dir / "index.ts").read_text()
+    bad = source.replace('release: "gitops"', 'release: "Git_Ops"')
+    assert bad.count("Git_Ops") == 1
+    (project.dir / "index.ts").write_text(bad)
+    project.init()
+    up = project.run("up", "--yes", "--skip-preview", check=False)
+    assert up.returncode != 0
+    output = up.stdout + up.stderr
+    assert (
+        "ClusterProxy.helmValuesFor: release: 'Git_Ops' is not a DNS-1123 label (expected 1-63 of a-z, 0-9 and '-', "
+        "e.g. kube-system)" in output
+    ), output
+    assert "Traceback" not in output
+    assert 'File "' not in output
