@@ -3,7 +3,8 @@
 TypeScript, YAML, Go (and other) programs add it with `pulumi package add <this repository>/provider`; the
 schema (`provider/schema.json`) is inferred from the annotations below and from `provider_types.py`, which
 is generated from the pydantic settings model, the one validator. The component is the Python `ClusterProxy`
-itself: the same plan, the same objects, the same errors.
+itself: the same plan, the same objects, the same errors. What takes arguments is a method (`METHODS`:
+helmValuesFor, kustomization, containerEnv) that runs the Python one (`helm_values_for`, ...) on that component.
 """
 
 # No `from __future__ import annotations`: the schema analyzer reads these annotations as objects, and it
