@@ -234,8 +234,10 @@ class ClusterProxy(pulumi.ComponentResource):
         whose runtimes are `runtimes` (written as the annotation is; default: the namespace's): ``env``, and with
         `proxy-trust` in the namespace ``volume_mounts`` for the container and ``volumes`` for its Pod (else empty).
 
-        For a pod spec written by hand, e.g. in a program that cannot run the transform. With credentials the URLs
-        are `secretKeyRef`s to the namespace's `proxy-config` Secret, so the namespace must be one that has it.
+        For a pod spec written by hand, e.g. in a program that cannot run the transform. Asking is opting in:
+        `injection.excludeNamespaces` and the opt-out annotation, which keep the transform away, do not apply. With
+        credentials the URLs are `secretKeyRef`s to the namespace's `proxy-config` Secret, so the namespace must be
+        one that has it.
         """
         settings = self.settings
         try:
