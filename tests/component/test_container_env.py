@@ -148,3 +148,13 @@ def test_with_credentials_the_runtime_env_reads_the_secret_and_nothing_is_secret
     assert with_ca.trust is not None
     assert not mocked.secret(with_ca.trust)
     assert mocked.value(with_ca.trust)["jdk_java_options"] == ""  # the JVM gets no proxy with credentials
+
+
+def test_asking_opts_in_where_the_transform_stays_away(mocked: Harness) -> None:
+    """kube-system is excluded from injection; container_env for it still gives the env, as the README says."""
+    proxy = ClusterProxy("egress", ClusterProxyArgs(settings=PLAIN))
+    got = mocked.value(proxy.container_env("kube-system"))
+    assert [e["name"] for e in got["env"]] == ["HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "NO_PROXY",
+                                               "no_proxy"]  # fmt: skip
+    pod = _transformed(mocked, proxy, "kube-system", None)
+    assert "env" not in pod["containers"][0]
