@@ -7,6 +7,7 @@ as Outputs and may be unknown at preview.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -19,20 +20,22 @@ from .explain import preview_warnings
 from .noproxy import NoProxy, NoProxyError
 from .render import PlanInputs, Planned, check_allow_sources, node_values, plan
 from .render.capi import kubeadm_config_spec
-from .render.env import ProxyValues, env_vars, workload_values
-from .render.helm import PROFILES, helm_values, profile_no_proxy
+from .render.env import ProxyValues, env_vars, pod_env, workload_kind, workload_values
+from .render.helm import PROFILES, UnknownProfileError, helm_values, profile_no_proxy
 from .render.helm import merge_values as _merge_plain
 from .render.kustomize import kustomization
 from .render.proxy import config_digest, firewall_rules, ip_family_fields, tinyproxy_conf
 from .render.runtimes import java_skip_reason
-from .render.trust import unreached
+from .render.trust import bundle_in, trust_env_vars, trust_volume, trust_volume_mount, unreached
 from .settings import (
+    RUNTIMES,
     NetworkValues,
     Runtime,
     Settings,
     SettingsError,
     check_network,
     infer_ip_family,
+    namespace_name,
     parse_runtimes,
     parse_settings,
     release_name,
@@ -108,6 +111,12 @@ class ClusterProxy(pulumi.ComponentResource):
         self.workload_values: ProxyValues = values
         env: pulumi.Output[Any] = pulumi.Output.from_input(env_vars(values))
         self.env: pulumi.Output[list[dict[str, str]]] = pulumi.Output.secret(env) if secret else env
+        # As the transform gives it: with credentials the URLs are secretKeyRefs to proxy-config, so the env can go
+        # into a Deployment (in a namespace with that Secret) without putting the credentials in its spec.
+        self.runtime_env: pulumi.Output[dict[str, list[dict[str, Any]]]] = pulumi.Output.from_input(
+            {runtime: pod_env(settings, values.select({runtime})) for runtime in RUNTIMES}
+        )
+        self.trust: pulumi.Output[dict[str, Any]] | None = self._trust(settings, values)
 
         conf: pulumi.Output[str] = composed.apply(lambda c: tinyproxy_conf(settings, c[1]))
         if settings.proxy.upstream is not None and settings.proxy.upstream.credentials is not None:
@@ -160,6 +169,8 @@ class ClusterProxy(pulumi.ComponentResource):
                 "env": self.env,
                 "no_proxy_python": self.no_proxy_python,
                 "jdk_java_options": self.jdk_java_options,
+                "runtime_env": self.runtime_env,
+                "trust": self.trust,
                 "helm_values": self.helm_values,
                 "kubeadm_config_spec": self.kubeadm_config_spec,
             }
@@ -192,9 +203,14 @@ class ClusterProxy(pulumi.ComponentResource):
         """One profile's values for a runtime selection written as the annotation is (``java,node``, ``none``;
         default: the cluster-wide flags) and a Helm release name (default: the one the chart's docs use), from
         which the profile derives the chart's in-cluster names (argo-cd)."""
+        if profile not in PROFILES:
+            raise UnknownProfileError(profile)
         selection = self.settings.runtimes.cluster_wide if runtimes is None else parse_runtimes(runtimes, "runtimes")
         if release is not None:
-            release_name(release)
+            try:
+                release_name(release)
+            except ValueError as exc:
+                raise ValueError(f"release: {exc}") from None
         values = helm_values(profile, self._profile_values(profile, release).select(selection))
         return _maybe_secret(values, self.settings.has_credentials)
 
@@ -205,12 +221,68 @@ class ClusterProxy(pulumi.ComponentResource):
 
         `runtimes` is the workload's selection, as the annotation writes it; default: the cluster-wide flags.
         """
+        workload_kind(kind)  # a bad kind fails here, naming the accepted ones, not later inside an Output
         selection = self.settings.runtimes.cluster_wide if runtimes is None else parse_runtimes(runtimes, "runtimes")
         values = self.workload_values.select(selection)
         patch = _plain(values).apply(
             lambda v: kustomization(self.settings, v, kind=kind, name=name, container=container)
         )
         return patch  # with credentials the env reads secretKeyRefs: the patch itself holds none
+
+    def container_env(self, namespace: str = "default", runtimes: str | None = None) -> pulumi.Output[dict[str, Any]]:
+        """What the stack transform gives one container that sets none of the names, in a workload of `namespace`
+        whose runtimes are `runtimes` (written as the annotation is; default: the namespace's): ``env``, and with
+        `proxy-trust` in the namespace ``volume_mounts`` for the container and ``volumes`` for its Pod (else empty).
+
+        For a pod spec written by hand, e.g. in a program that cannot run the transform. Asking is opting in:
+        `injection.excludeNamespaces` and the opt-out annotation, which keep the transform away, do not apply. With
+        credentials the URLs are `secretKeyRef`s to the namespace's `proxy-config` Secret, so the namespace must be
+        one that has it.
+        """
+        settings = self.settings
+        try:
+            namespace_name(namespace)
+        except ValueError as exc:
+            raise ValueError(f"namespace: {exc}") from None
+        if settings.has_credentials and namespace not in settings.proxy_config_namespaces:
+            listed = ", ".join(settings.proxy_config_namespaces) or "none"
+            raise ValueError(
+                f"namespace: {namespace!r} has no proxy-config Secret, which the env reads the proxy URLs (they "
+                f"carry credentials) from (expected one of the namespaces that have it: {listed}; list it in "
+                "namespaces)"
+            )
+        selection = (
+            settings.runtimes.for_namespace(namespace) if runtimes is None else parse_runtimes(runtimes, "runtimes")
+        )
+        trust = bundle_in(settings, namespace)
+        values = self.workload_values.select(selection)
+        values = values.trusted() if trust else values
+        if settings.has_credentials:  # the URLs become secretKeyRefs: the result holds no credential, and is no secret
+            values = dataclasses.replace(values, http_proxy="", https_proxy="")
+
+        def build(v: ProxyValues) -> dict[str, Any]:
+            return {
+                "env": [*pod_env(settings, v), *(trust_env_vars() if trust else [])],
+                "volume_mounts": [trust_volume_mount()] if trust else [],
+                "volumes": [trust_volume()] if trust else [],
+            }
+
+        return _plain(values).apply(build)
+
+    @staticmethod
+    def _trust(settings: Settings, values: ProxyValues) -> pulumi.Output[dict[str, Any]] | None:
+        """The trust group of a container, ready for a pod spec (with a trusted CA): the variables, the mount, the
+        Pod's volume, and JDK_JAVA_OPTIONS with the truststore ("" when the JVM gets no proxy options)."""
+        if settings.trusted_ca is None:
+            return None
+        return pulumi.Output.from_input(
+            {
+                "env": trust_env_vars(),
+                "volume": trust_volume(),
+                "volume_mount": trust_volume_mount(),
+                "jdk_java_options": values.java_trust_options or "",
+            }
+        )
 
     @staticmethod
     def _capi(settings: Settings, no_proxy: pulumi.Output[str]) -> pulumi.Output[dict[str, Any]] | None:

@@ -3,33 +3,40 @@
 TypeScript, YAML, Go (and other) programs add it with `pulumi package add <this repository>/provider`; the
 schema (`provider/schema.json`) is inferred from the annotations below and from `provider_types.py`, which
 is generated from the pydantic settings model, the one validator. The component is the Python `ClusterProxy`
-itself: the same plan, the same objects, the same errors.
+itself: the same plan, the same objects, the same errors. What takes arguments is a method (`METHODS`:
+helmValuesFor, kustomization, containerEnv) that runs the Python one (`helm_values_for`, ...) on that component.
 """
 
 # No `from __future__ import annotations`: the schema analyzer reads these annotations as objects, and it
 # knows typing.Optional (hence UP045 off here).
 # ruff: noqa: UP045
 import asyncio
+import functools
+import json
 import re
 import sys
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Optional, TypedDict
 
 import pulumi
 from pulumi.errors import InputPropertiesError
 from pulumi.provider import main as serve
+from pulumi.provider.experimental.analyzer import PropertyDefinition
 from pulumi.provider.experimental.component import ComponentProvider
-from pulumi.provider.provider import ConstructResult
+from pulumi.provider.experimental.schema import ComplexType, Property, remove_none
+from pulumi.provider.provider import CallResult, ConstructResult
 from pulumi.provider.server import ComponentInitError
 from pydantic import BaseModel
 from typing_extensions import NotRequired
 
 from . import component, provider_types
 from .discovery.network import ClusterNetwork
+from .render.helm import UnknownProfileError
 from .settings import NetworkValues, Settings, SettingsError, check_network, parse_settings
 
-__all__ = ["PACKAGE", "ClusterProxy", "ClusterProxyArgs", "EnvVar", "serve_provider"]
+__all__ = ["METHODS", "PACKAGE", "ClusterProxy", "ClusterProxyArgs", "EnvVar", "serve_provider"]
 
 PACKAGE = "proxy-component"
 
@@ -69,6 +76,165 @@ class EnvVar:
     """Its value."""
 
 
+# The types below that a pod spec takes as they are carry Kubernetes' own field names (configMap, mountPath, ...),
+# so that the outputs drop into a container or a Pod unchanged; hence the camelCase attributes (N815 off there).
+
+
+class SecretKeySelector:
+    """A key of a Secret in the Pod's namespace."""
+
+    name: pulumi.Output[str]
+    """The Secret's name (proxy-config)."""
+
+    key: pulumi.Output[str]
+    """The key (HTTP_PROXY, ...)."""
+
+
+class EnvVarSource:
+    """Where a variable's value comes from."""
+
+    secretKeyRef: pulumi.Output[SecretKeySelector]  # noqa: N815
+    """The namespace's proxy-config Secret, for a proxy URL that carries credentials."""
+
+
+class ContainerEnvVar:
+    """One variable of a container's env: a value, or a reference to the proxy-config Secret (credentials)."""
+
+    name: pulumi.Output[str]
+    """The variable's name."""
+
+    value: Optional[pulumi.Output[str]]
+    """Its value, unless it comes from the Secret."""
+
+    valueFrom: Optional[pulumi.Output[EnvVarSource]]  # noqa: N815
+    """The Secret key holding the value (a proxy URL with credentials)."""
+
+
+class ConfigMapVolumeSource:
+    """A ConfigMap as a volume."""
+
+    name: pulumi.Output[str]
+    """The ConfigMap's name (proxy-trust)."""
+
+
+class Volume:
+    """The Pod's volume of the trust bundle: the ConfigMap proxy-trust of its namespace."""
+
+    name: pulumi.Output[str]
+    """The volume's name (proxy-trust)."""
+
+    configMap: pulumi.Output[ConfigMapVolumeSource]  # noqa: N815
+    """The ConfigMap it holds."""
+
+
+class VolumeMount:
+    """The container's read-only mount of the trust bundle."""
+
+    name: pulumi.Output[str]
+    """The volume's name (proxy-trust)."""
+
+    mountPath: pulumi.Output[str]  # noqa: N815
+    """Where the bundle is mounted (/etc/proxy-component/trust)."""
+
+    readOnly: pulumi.Output[bool]  # noqa: N815
+    """Always true."""
+
+
+class TrustGroup:
+    """What a container gets behind a TLS-inspecting proxy (proxy.upstream.trustedCa), in a namespace with proxy-trust."""
+
+    env: pulumi.Output[list[EnvVar]]
+    """SSL_CERT_FILE, REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE (the public roots and the corporate CA) and NODE_EXTRA_CA_CERTS (the corporate CA alone)."""
+
+    volume: pulumi.Output[Volume]
+    """For the Pod's volumes."""
+
+    volume_mount: pulumi.Output[VolumeMount]
+    """For the container's volumeMounts."""
+
+    jdk_java_options: pulumi.Output[str]
+    """JDK_JAVA_OPTIONS of a java container with the mount: the proxy and the truststore; empty when the JVM gets no proxy options (credentials, an https:// proxy)."""
+
+
+class RuntimeEnv:
+    """The env of a container per runtime, as the stack transform gives it to a workload annotated with that one runtime (outside a namespace with proxy-trust): the six variables and the runtime's own; with credentials the URLs are secretKeyRefs to the namespace's proxy-config Secret."""
+
+    java: pulumi.Output[list[ContainerEnvVar]]
+    """With JDK_JAVA_OPTIONS (when rendered)."""
+
+    node: pulumi.Output[list[ContainerEnvVar]]
+    """With NODE_USE_ENV_PROXY=1."""
+
+    python: pulumi.Output[list[ContainerEnvVar]]
+    """With the Python-safe NO_PROXY in both spellings."""
+
+
+class HelmValuesForArgs(TypedDict):
+    """The arguments of ClusterProxy.helmValuesFor."""
+
+    profile: str
+    """The profile (argo-cd, cert-manager, env, ...; see helmValues)."""
+
+    runtimes: NotRequired[str]
+    """The chart's runtimes, written as the annotation is ('java,node', or 'none'); default: the cluster-wide flags."""
+
+    release: NotRequired[str]
+    """The chart's Helm release name, from which the profile derives the in-cluster names its NO_PROXY adds (argo-cd); default: the name the chart's docs use."""
+
+
+class HelmValuesForResult:
+    """The result of ClusterProxy.helmValuesFor."""
+
+    values: pulumi.Output[dict[str, Any]]
+    """The profile's proxy values, to merge into the release's values; secret with credentials."""
+
+
+class KustomizationArgs(TypedDict):
+    """The arguments of ClusterProxy.kustomization."""
+
+    kind: str
+    """The workload's kind (Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob, Pod)."""
+
+    name: str
+    """The workload's name."""
+
+    container: NotRequired[str]
+    """The container, by name (a strategic-merge patch); default: a JSON patch of the first container, whose env must exist."""
+
+    runtimes: NotRequired[str]
+    """The workload's runtimes, written as the annotation is ('java,node', or 'none'); default: the cluster-wide flags."""
+
+
+class KustomizationResult:
+    """The result of ClusterProxy.kustomization."""
+
+    kustomization: pulumi.Output[dict[str, Any]]
+    """A kustomization.yaml (apiVersion kustomize.config.k8s.io/v1beta1) whose patch adds the proxy env (and the trust group) to the workload."""
+
+
+class ContainerEnvArgs(TypedDict):
+    """The arguments of ClusterProxy.containerEnv."""
+
+    namespace: NotRequired[str]
+    """The workload's namespace; default: default."""
+
+    runtimes: NotRequired[str]
+    """The workload's runtimes, written as the annotation is ('java,node', or 'none'); default: the namespace's (runtimes.namespaces, else the cluster-wide flags)."""
+
+
+class ContainerEnvResult:
+    """The result of ClusterProxy.containerEnv: what the Python stack transform gives such a container."""
+
+    env: pulumi.Output[list[ContainerEnvVar]]
+    """The container's env: the six proxy variables, the runtimes' and, with proxy-trust in the namespace, the trust group's; with credentials the URLs are secretKeyRefs to the namespace's proxy-config Secret."""
+
+    volume_mounts: pulumi.Output[list[VolumeMount]]
+    """The container's volumeMounts: the trust bundle's, with proxy-trust in the namespace (else none)."""
+
+    volumes: pulumi.Output[list[Volume]]
+    """The Pod's volumes: the trust bundle, with proxy-trust in the namespace (else none)."""
+
+
 class ClusterProxy(component.ClusterProxy):
     """The egress proxy (a tinyproxy DaemonSet and the Service http-proxy) and the proxy settings for every consumer."""
 
@@ -93,6 +259,18 @@ class ClusterProxy(component.ClusterProxy):
     kubeadm_config_spec: pulumi.Output[Optional[dict[str, Any]]]  # type: ignore[assignment]
     """The kubeadm fragment for KubeadmControlPlane/KubeadmConfigTemplate, when capi.enabled."""
 
+    no_proxy_python: pulumi.Output[str]
+    """NO_PROXY without IPv6 CIDRs, on which Python clients (httpx) fail: what a python runtime's NO_PROXY and no_proxy carry."""
+
+    jdk_java_options: pulumi.Output[str]
+    """JDK_JAVA_OPTIONS for a JVM (the proxy and http.nonProxyHosts); empty when not rendered (a proxy with credentials or an https:// proxy)."""
+
+    runtime_env: pulumi.Output[RuntimeEnv]  # type: ignore[assignment]
+    """The env of a container per runtime (java, node, python), as the stack transform gives it; with credentials the URLs are secretKeyRefs to proxy-config."""
+
+    trust: pulumi.Output[Optional[TrustGroup]]  # type: ignore[assignment]
+    """With proxy.upstream.trustedCa: the trust group's variables, volume and mount, ready for a pod spec."""
+
     def __init__(self, name: str, args: ClusterProxyArgs, opts: Optional[pulumi.ResourceOptions] = None) -> None:
         settings = settings_from_inputs(args.get("settings") or {})
         super().__init__(name, component.ClusterProxyArgs(settings=settings, network=network_from_inputs(args)), opts)
@@ -101,6 +279,54 @@ class ClusterProxy(component.ClusterProxy):
         self.helm_values = pulumi.Output.all(**state["helm_values"])
         spec = state["kubeadm_config_spec"]
         self.kubeadm_config_spec = spec if spec is not None else pulumi.Output.from_input(None)
+        _CONSTRUCTED.append(self)
+
+
+# The components this provider process constructed, for their methods: the engine sends a method's Call to the
+# provider that constructed the component, in the same deployment and after the Construct, so the method runs on
+# the Python component itself (its settings, network Outputs and values), as `proxy.helm_values_for(...)` does.
+_CONSTRUCTED: list[ClusterProxy] = []
+
+
+@dataclass(frozen=True)
+class _Method:
+    """A method of ClusterProxy for other languages: its schema name, argument and result types, and what it runs."""
+
+    name: str
+    description: str
+    args: type
+    result: type
+    run: Callable[..., pulumi.Output[dict[str, Any]]]
+
+    @property
+    def token(self) -> str:
+        return f"{component.TYPE_TOKEN}/{self.name}"
+
+
+METHODS = (
+    _Method(
+        "helmValuesFor",
+        "One Helm profile's proxy values for a runtime selection and a release name (helm_values_for in Python).",
+        HelmValuesForArgs,
+        HelmValuesForResult,
+        lambda proxy, **kw: proxy.helm_values_for(**kw).apply(lambda values: {"values": values}),
+    ),
+    _Method(
+        "kustomization",
+        "A Kustomization that adds the proxy env to one workload, for GitOps repositories (kustomization in Python).",
+        KustomizationArgs,
+        KustomizationResult,
+        lambda proxy, **kw: proxy.kustomization(**kw).apply(lambda patch: {"kustomization": patch}),
+    ),
+    _Method(
+        "containerEnv",
+        "What the stack transform gives one container that sets none of the proxy or trust names, for a pod spec "
+        "written by hand (container_env in Python).",
+        ContainerEnvArgs,
+        ContainerEnvResult,
+        lambda proxy, **kw: proxy.container_env(**kw),
+    ),
+)
 
 
 def network_from_inputs(args: ClusterProxyArgs) -> Optional[ClusterNetwork]:
@@ -208,7 +434,61 @@ def _model_of(annotation: Any) -> Optional[type[BaseModel]]:
 
 
 class _Provider(ComponentProvider):
-    """The component provider, reporting invalid settings as input errors: the message alone, no stack trace."""
+    """The component provider, reporting invalid settings as input errors: the message alone, no stack trace.
+
+    The schema the SDK infers from the annotations has no methods: `__init__` adds ClusterProxy's (`METHODS`), their
+    argument and result types analyzed as the component's are, and `call` runs them.
+    """
+
+    def __init__(self, components: list[type[pulumi.ComponentResource]], name: str, version: str) -> None:
+        super().__init__(components, name, version=version)
+        schema = json.loads(self.schema or "{}")
+        self._methods: dict[str, tuple[_Method, dict[str, str], dict[str, PropertyDefinition], dict[str, str]]] = {}
+        functions: dict[str, Any] = {}
+        for method in METHODS:
+            args, args_mapping = self.analyzer.analyze_type(method.args, is_component_output=False)
+            result, result_mapping = self.analyzer.analyze_type(method.result, is_component_output=True)
+            self._methods[method.token] = (method, args_mapping, result, result_mapping)
+            functions[method.token] = {
+                "description": method.description,
+                "inputs": {
+                    "properties": {"__self__": {"$ref": f"#/resources/{component.TYPE_TOKEN}"}, **_properties(args)},
+                    "required": ["__self__", *_required(args)],
+                },
+                "outputs": {"properties": _properties(result), "required": _required(result)},
+            }
+        schema["resources"][component.TYPE_TOKEN]["methods"] = {m.name: m.token for m in METHODS}
+        schema["functions"] = functions
+        for type_name, type_def in self._type_defs.items():  # with the types only the methods use
+            schema["types"][f"{name}:index:{type_name}"] = remove_none(ComplexType.from_definition(type_def).to_json())
+        for language in ("nodejs", "python", "go", "csharp"):  # helmValuesFor returns the values, not {values: ...}
+            schema["language"][language]["liftSingleValueMethodReturns"] = True
+        self.schema = json.dumps(schema)
+
+    def call(self, token: str, args: pulumi.Inputs) -> CallResult:
+        found = self._methods.get(token)
+        if found is None:
+            raise Exception(f"unknown method {token}")  # the base class's words
+        method, args_mapping, result, result_mapping = found
+        try:
+            proxy = _constructed(args.get("__self__"))
+            given = {
+                args_mapping[key]: _known(value, key)
+                for key, value in args.items()
+                if key in args_mapping and value is not None
+            }
+            values = method.run(proxy, **given)
+        except SettingsError as exc:
+            lines = (f"ClusterProxy.{method.name}: {problem}" for problem in exc.problems)
+            raise InputPropertiesError("\n".join(lines), []) from None
+        except (UnknownProfileError, ValueError) as exc:  # the Python method's own message, naming the argument
+            raise InputPropertiesError(f"ClusterProxy.{method.name}: {exc}", []) from None
+        outputs: dict[str, Any] = {}
+        for key, prop in result.items():
+            item = values.apply(functools.partial(_item, result_mapping[key]))
+            type_def = self.get_type_definition(prop) if prop.ref else None
+            outputs[key] = self.map_complex_output(item, type_def) if type_def is not None else item
+        return CallResult(outputs)
 
     def construct(
         self,
@@ -229,6 +509,28 @@ class _Provider(ComponentProvider):
             if isinstance(exc.inner, SettingsError):
                 raise _input_error(exc.inner) from None
             raise
+
+
+def _properties(props: dict[str, PropertyDefinition]) -> dict[str, Any]:
+    return {key: remove_none(Property.from_definition(prop).to_json()) for key, prop in props.items()}
+
+
+def _required(props: dict[str, PropertyDefinition]) -> list[str]:
+    return sorted(key for key, prop in props.items() if not prop.optional)
+
+
+def _item(key: str, values: Mapping[str, Any]) -> Any:
+    return values[key]
+
+
+def _constructed(ref: Any) -> ClusterProxy:
+    """The component a method's `__self__` names (its URN): one this process constructed in this deployment."""
+    urn = _known(ref, "__self__")
+    for proxy in reversed(_CONSTRUCTED):  # the latest (one deployment has each URN once; a test process has more)
+        data = typing.cast("asyncio.Future[Any]", proxy.urn._data)
+        if data.done() and data.result().value == urn:
+            return proxy
+    raise SettingsError([f"__self__: {urn!r} is no ClusterProxy this provider constructed in this deployment"])
 
 
 def _input_error(exc: SettingsError) -> InputPropertiesError:

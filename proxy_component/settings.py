@@ -81,6 +81,7 @@ __all__ = [
     "image_is_mutable",
     "infer_ip_family",
     "load_settings",
+    "namespace_name",
     "parse_runtimes",
     "parse_settings",
     "redact_url",
@@ -142,6 +143,11 @@ def _dns_label(value: str) -> str:
     if not _DNS_LABEL.match(value):
         raise ValueError(f"{value!r} is not a DNS-1123 label (expected 1-63 of a-z, 0-9 and '-', e.g. kube-system)")
     return value
+
+
+def namespace_name(value: str) -> str:
+    """A namespace name: a DNS-1123 label, or ValueError saying what is accepted."""
+    return _dns_label(value)
 
 
 def release_name(value: str) -> str:

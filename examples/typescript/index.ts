@@ -31,6 +31,34 @@ const egress = new proxy.ClusterProxy("egress", {
     },
 }, { providers: [cluster] });
 
+// A workload written by hand gets what the Python stack transform would give its container: containerEnv's env,
+// and behind a TLS-inspecting proxy the CA bundle's mount and volume. With @pulumi/kubernetes:
+// new k8s.apps.v1.Deployment("web", {...}).
+class KubernetesObject extends pulumi.CustomResource {
+    constructor(type: string, name: string, props: pulumi.Inputs, opts: pulumi.CustomResourceOptions) {
+        super(type, name, props, opts);
+    }
+}
+const web = egress.containerEnv({ namespace: "default", runtimes: "java,node" });
+new KubernetesObject("kubernetes:apps/v1:Deployment", "web", {
+    apiVersion: "apps/v1",
+    kind: "Deployment",
+    metadata: { name: "web", namespace: "default" },
+    spec: {
+        selector: { matchLabels: { app: "web" } },
+        template: {
+            metadata: { labels: { app: "web" }, annotations: { "proxy-component.io/runtimes": "java,node" } },
+            spec: {
+                containers: [{ name: "web", image: "registry.example/web:1", env: web.env, volumeMounts: web.volumeMounts }],
+                volumes: web.volumes,
+            },
+        },
+    },
+}, { provider: cluster });
+
 export const noProxy = egress.noProxy;
+export const noProxyPython = egress.noProxyPython;
 export const proxyUrl = egress.proxyUrl;
 export const env = egress.env;
+export const argoCdValues = egress.helmValuesFor({ profile: "argo-cd", release: "gitops" });
+export const webKustomization = egress.kustomization({ kind: "Deployment", name: "web", container: "web" });

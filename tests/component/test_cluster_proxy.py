@@ -429,6 +429,19 @@ def test_helm_values_for_a_release_carry_that_releases_names(mocked: Harness) ->
         proxy.helm_values_for("argo-cd", release="My")
 
 
+def test_helm_values_for_and_kustomization_name_a_bad_argument_when_called(mocked: Harness) -> None:
+    """An unknown profile was a bare KeyError('bogus'), a bad kind an error inside an Output; each now names the
+    argument and what is accepted, at the call."""
+    proxy = ClusterProxy("egress", ClusterProxyArgs(settings=IPV6_ONLY))
+    with pytest.raises(KeyError) as raised:
+        proxy.helm_values_for("bogus")
+    assert str(raised.value).startswith("profile: 'bogus' is not a known Helm values profile (expected one of: ")
+    with pytest.raises(ValueError, match=r"^release: 'My' is not a DNS-1123 label"):
+        proxy.helm_values_for("argo-cd", release="My")
+    with pytest.raises(ValueError, match=r"^kind 'Service' has no pod template \(expected one of Deployment, "):
+        proxy.kustomization(kind="Service", name="web")
+
+
 def test_helm_values_and_kustomization_for_a_runtime_selection(mocked: Harness) -> None:
     proxy = ClusterProxy("egress", ClusterProxyArgs(settings=IPV6_ONLY))
     default = [e["name"] for e in mocked.value(proxy.helm_values["env"])["env"]]

@@ -1,10 +1,14 @@
 """ClusterProxy from other Pulumi languages under the real engine (pytest -m engine): the plugin in provider/ served
-by the Python host, its schema against the checked-in snapshot, and a YAML program that runs `pulumi package add`
-and `pulumi up` into a rendered directory, compared object for object with `proxy-component render`.
+by the Python host, its schema against the checked-in snapshot, and YAML, TypeScript and Go programs that run
+`pulumi package add` and `pulumi up` into a rendered directory: the component's objects compared object for object
+with `proxy-component render`, the Deployment each example writes by hand (its env from the component's outputs or
+methods) field for field with what the Python stack transform makes of it, and the methods' results with the Python
+methods' (helm_values_for, kustomization).
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -13,8 +17,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pulumi
 import pytest
 import yaml
+
+from proxy_component.render import plain_values
+from proxy_component.render.helm import helm_values, profile_values
+from proxy_component.render.kustomize import kustomization
+from proxy_component.render.trust import trust_env_vars, trust_volume, trust_volume_mount
+from proxy_component.settings import parse_settings
+from proxy_component.transform import proxy_env_transform
+from tests.pki import make_ca
 
 from .conftest import ROOT, Project, as_written, build_engine, read_rendered
 
@@ -82,6 +95,66 @@ def test_the_schema_is_the_checked_in_snapshot(project_factory: Any, hosts: Path
 
 # The settings of the Python example program examples/ipv6-only, which the YAML and TypeScript examples repeat.
 IPV6_ONLY = yaml.safe_load((ROOT / "examples/ipv6-only/proxy.yaml").read_text())
+# The same behind a TLS-inspecting corporate proxy: the tests add it to the TypeScript and Go examples.
+CA = make_ca()
+UPSTREAM = {"url": "http://proxy.corp.example:3128", "trustedCa": CA.cert_pem}
+WITH_TRUST = {**IPV6_ONLY, "proxy": {**IPV6_ONLY["proxy"], "upstream": UPSTREAM}}
+WEB = ("Deployment", "default", "web")
+
+
+def _hand_written(rendered: dict[tuple[str, str, str], dict[str, Any]], settings: dict[str, Any]) -> dict[str, Any]:
+    """Take the examples' hand-written Deployment `web` out of `rendered` and check it, field for field, against what
+    the Python stack transform makes of the same Deployment without the env, mounts and volumes the component gave it.
+    Empty volumes and volumeMounts lists, which the transform leaves out, count as none. Returns its container."""
+    web = rendered.pop(WEB)
+    bare = copy.deepcopy(web)
+    pod = bare["spec"]["template"]["spec"]
+    for container in pod["containers"]:
+        container.pop("env", None)
+        container.pop("volumeMounts", None)
+    pod.pop("volumes", None)
+    parsed = parse_settings(settings)
+    args = pulumi.ResourceTransformArgs(
+        custom=True, type_="kubernetes:apps/v1:Deployment", name="web", props=bare, opts=pulumi.ResourceOptions()
+    )
+    result = proxy_env_transform(parsed, plain_values(parsed))(args)
+    assert result is not None, "the transform leaves the Deployment alone"
+    assert _without_empty_lists(web) == _without_empty_lists(dict(result.props))
+    written: dict[str, Any] = web["spec"]["template"]["spec"]["containers"][0]
+    assert written["env"], "the example's container got no env"
+    return written
+
+
+def _without_empty_lists(obj: Any) -> Any:
+    pod = copy.deepcopy(obj)["spec"]["template"]["spec"]
+    for container in pod["containers"]:
+        if container.get("volumeMounts") == []:
+            del container["volumeMounts"]
+    if pod.get("volumes") == []:
+        del pod["volumes"]
+    return pod
+
+
+def _methods_as_python(outputs: dict[str, Any], settings: dict[str, Any]) -> None:
+    """The TypeScript and Go examples' outputs are what Python gives for the same settings: the Python-safe NO_PROXY,
+    helm_values_for("argo-cd", release="gitops"), kustomization(kind="Deployment", name="web", container="web") and,
+    with a trusted CA, the trust group."""
+    parsed = parse_settings(settings)
+    values = plain_values(parsed).select(parsed.runtimes.cluster_wide)
+    assert outputs["noProxyPython"] == values.no_proxy_python
+    assert outputs["noProxyPython"] != outputs["noProxy"]  # the IPv6 ranges are left out
+    assert outputs["argoCdValues"] == helm_values("argo-cd", profile_values(parsed, "argo-cd", release="gitops"))
+    assert "gitops-argocd-repo-server" in json.dumps(outputs["argoCdValues"])
+    assert outputs["webKustomization"] == kustomization(parsed, values, kind="Deployment", name="web", container="web")
+    if parsed.trusted_ca is None:
+        assert outputs.get("trust") is None
+        return
+    assert outputs["trust"] == {
+        "env": trust_env_vars(),
+        "volume": trust_volume(),
+        "volumeMount": trust_volume_mount(),
+        "jdkJavaOptions": values.java_trust_options,
+    }
 
 
 def test_a_yaml_program_writes_the_objects_the_python_example_writes(
@@ -90,10 +163,39 @@ def test_a_yaml_program_writes_the_objects_the_python_example_writes(
     project = yaml_project(project_factory, hosts, plugin)
     up = project.up()
     assert "Traceback" not in up.stdout + up.stderr
-    assert read_rendered(project.dir / "rendered") == _render(IPV6_ONLY, tmp_path)
+    rendered = read_rendered(project.dir / "rendered")
+    web = _hand_written(rendered, IPV6_ONLY)
+    assert web["env"][-1] == {"name": "NODE_USE_ENV_PROXY", "value": "1"}  # runtimeEnv.node
+    assert rendered == _render(IPV6_ONLY, tmp_path)
     outputs = project.outputs()
     assert outputs["proxyUrl"] == "http://http-proxy.kube-system.svc.k8s.internal:8888"
     assert {e["name"] for e in outputs["env"]} >= {"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "no_proxy"}
+    values = plain_values(parse_settings(IPV6_ONLY))
+    assert outputs["noProxyPython"] == values.no_proxy_python
+    assert outputs["jdkJavaOptions"] == values.java_options
+    project.run("preview", "--expect-no-changes")
+
+
+def test_the_trust_group_from_yaml_fills_a_pod_spec_as_the_transform_does(
+    project_factory: Any, hosts: Path, plugin: Path, tmp_path: Path
+) -> None:
+    """A container reading proxy-config with envFrom, given ${proxy.trust}'s env, mount and volume: what the Python
+    transform gives such a container (the trust group; the six come from proxy-config)."""
+    project = yaml_project(project_factory, hosts, plugin)
+    program = yaml.safe_load((project.dir / "Pulumi.yaml").read_text())
+    program["resources"]["proxy"]["properties"]["settings"]["proxy"]["upstream"] = UPSTREAM
+    pod = program["resources"]["web"]["properties"]["spec"]["template"]["spec"]
+    pod["containers"][0]["envFrom"] = [{"configMapRef": {"name": "proxy-config"}}]
+    pod["containers"][0]["env"] = "${proxy.trust.env}"
+    pod["containers"][0]["volumeMounts"] = ["${proxy.trust.volumeMount}"]
+    pod["volumes"] = ["${proxy.trust.volume}"]
+    (project.dir / "Pulumi.yaml").write_text(yaml.safe_dump(program, sort_keys=False))
+    project.up()
+    rendered = read_rendered(project.dir / "rendered")
+    web = _hand_written(rendered, WITH_TRUST)
+    assert [e["name"] for e in web["env"]] == ["SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
+                                               "NODE_EXTRA_CA_CERTS"]  # fmt: skip
+    assert rendered == _render(WITH_TRUST, tmp_path)
     project.run("preview", "--expect-no-changes")
 
 
@@ -119,8 +221,26 @@ def test_a_typescript_program_writes_the_objects_the_python_example_writes(
     project.init()
     up = project.up()
     assert "Traceback" not in up.stdout + up.stderr
-    assert read_rendered(project.dir / "rendered") == _render(IPV6_ONLY, tmp_path)
-    assert project.outputs()["proxyUrl"] == "http://http-proxy.kube-system.svc.k8s.internal:8888"
+    rendered = read_rendered(project.dir / "rendered")
+    web = _hand_written(rendered, IPV6_ONLY)
+    assert {e["name"] for e in web["env"]} >= {"JDK_JAVA_OPTIONS", "NODE_USE_ENV_PROXY"}  # runtimes "java,node"
+    assert rendered == _render(IPV6_ONLY, tmp_path)
+    outputs = project.outputs()
+    assert outputs["proxyUrl"] == "http://http-proxy.kube-system.svc.k8s.internal:8888"
+    _methods_as_python(outputs, IPV6_ONLY)
+    project.run("preview", "--expect-no-changes")
+    # Behind a TLS-inspecting proxy: containerEnv adds the trust group, its mount and the Pod's volume.
+    source = (project.dir / "index.ts").read_text()
+    trusted = source.replace('proxy: { noProxy: ["fd00::/8"] },',
+                             f'proxy: {{ noProxy: ["fd00::/8"], upstream: {json.dumps(UPSTREAM)} }},')  # fmt: skip
+    assert trusted.count("trustedCa") == 1
+    (project.dir / "index.ts").write_text(trusted + "export const trust = egress.trust;\n")
+    project.up()
+    rendered = read_rendered(project.dir / "rendered")
+    web = _hand_written(rendered, WITH_TRUST)
+    assert web["volumeMounts"] == [trust_volume_mount()]
+    assert rendered == _render(WITH_TRUST, tmp_path)
+    _methods_as_python(project.outputs(), WITH_TRUST)
     project.run("preview", "--expect-no-changes")
 
 
@@ -138,10 +258,32 @@ def test_a_go_program_writes_the_objects_the_python_example_writes(
     project.init()
     up = project.up()
     assert "panic:" not in up.stdout + up.stderr
-    assert read_rendered(project.dir / "rendered") == _render(IPV6_ONLY, tmp_path)
+    rendered = read_rendered(project.dir / "rendered")
+    web = _hand_written(rendered, IPV6_ONLY)
+    assert {e["name"] for e in web["env"]} >= {"JDK_JAVA_OPTIONS", "NODE_USE_ENV_PROXY"}  # runtimes "java,node"
+    assert rendered == _render(IPV6_ONLY, tmp_path)
     outputs = project.outputs()
     assert outputs["proxyUrl"] == "http://http-proxy.kube-system.svc.k8s.internal:8888"
     assert outputs["noProxy"] == next(e["value"] for e in outputs["env"] if e["name"] == "NO_PROXY")
+    _methods_as_python(outputs, IPV6_ONLY)
+    project.run("preview", "--expect-no-changes")
+    # Behind a TLS-inspecting proxy: ContainerEnv adds the trust group, its mount and the Pod's volume.
+    source = (project.dir / "main.go").read_text()
+    upstream = (
+        "Upstream: &proxycomponent.UpstreamSettingsArgs{Url: pulumi.String("
+        f'"{UPSTREAM["url"]}"), TrustedCa: pulumi.String(`{CA.cert_pem}`)}}, '
+    )
+    trusted = source.replace(
+        "Proxy:      &proxycomponent.ProxySettingsArgs{", f"Proxy: &proxycomponent.ProxySettingsArgs{{{upstream}"
+    )
+    assert trusted.count("TrustedCa") == 1
+    (project.dir / "main.go").write_text(trusted)
+    project.up()
+    rendered = read_rendered(project.dir / "rendered")
+    web = _hand_written(rendered, WITH_TRUST)
+    assert web["volumeMounts"] == [trust_volume_mount()]
+    assert rendered == _render(WITH_TRUST, tmp_path)
+    _methods_as_python(project.outputs(), WITH_TRUST)
     project.run("preview", "--expect-no-changes")
 
 
@@ -165,10 +307,14 @@ def test_credentials_from_yaml_stay_secret(project_factory: Any, hosts: Path, pl
     for path in (project.dir / "rendered").rglob("*.yaml"):
         if PASSWORD in path.read_text() or "c3ZjOn" in path.read_text():  # base64 of "svc:"
             assert yaml.safe_load(path.read_text())["kind"] == "Secret", path
-    kinds = {key[0] for key in read_rendered(project.dir / "rendered")}
-    assert kinds == {"Secret"}, "proxy-config is a Secret when the URLs carry credentials"
+    rendered = read_rendered(project.dir / "rendered")
     settings["proxy"]["httpProxy"] = url
-    assert read_rendered(project.dir / "rendered") == _render(settings, tmp_path)
+    web = _hand_written(rendered, settings)  # runtimeEnv.node: the URLs from the proxy-config Secret
+    assert web["env"][0] == {"name": "HTTP_PROXY", "valueFrom": {"secretKeyRef": {"name": "proxy-config",
+                                                                                 "key": "HTTP_PROXY"}}}  # fmt: skip
+    kinds = {key[0] for key in rendered}
+    assert kinds == {"Secret"}, "proxy-config is a Secret when the URLs carry credentials"
+    assert rendered == _render(settings, tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -289,3 +435,24 @@ def test_an_unknown_key_from_an_untyped_program_fails_with_the_python_message(
     assert problem in output, output
     assert "Traceback" not in output
     assert not (project.dir / "rendered").exists()
+
+
+def test_a_bad_method_argument_from_typescript_fails_with_the_python_message(
+    project_factory: Any, hosts: Path, plugin: Path
+) -> None:
+    """helmValuesFor with a bad release: the program fails with the line helm_values_for gives Python, no trace."""
+    project = typescript_project(project_factory, hosts, plugin, "typescript-bad-release")
+    source = (project.dir / "index.ts").read_text()
+    bad = source.replace('release: "gitops"', 'release: "Git_Ops"')
+    assert bad.count("Git_Ops") == 1
+    (project.dir / "index.ts").write_text(bad)
+    project.init()
+    up = project.run("up", "--yes", "--skip-preview", check=False)
+    assert up.returncode != 0
+    output = up.stdout + up.stderr
+    assert (
+        "ClusterProxy.helmValuesFor: release: 'Git_Ops' is not a DNS-1123 label (expected 1-63 of a-z, 0-9 and '-', "
+        "e.g. kube-system)" in output
+    ), output
+    assert "Traceback" not in output
+    assert 'File "' not in output
