@@ -1,4 +1,6 @@
-"""`import proxy_component` without any cloud SDK: it succeeds, loads none, stays fast; discovery says what to install."""
+"""`import proxy_component` without any cloud SDK: it succeeds and loads none, nor the Pulumi SDK or the Kubernetes
+client (what keeps a command's start fast: its time is measured in bench/bench_component.py, not here); discovery
+says what to install."""
 
 from __future__ import annotations
 
@@ -24,15 +26,14 @@ sys.meta_path.insert(0, _NoCloudSdk())
 """
 
 MEASURE = """
-import json, time
-start = time.perf_counter()
+import json
 import proxy_component
-took = time.perf_counter() - start
+heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("pulumi", "kubernetes", "grpc", "cryptography"))
 import proxy_component.component
 import proxy_component.discovery
 from proxy_component.discovery import aks, eks, gke
 loaded = sorted(m for m in sys.modules if m.split(".")[0] in {sdks!r})
-print(json.dumps({{"took": took, "loaded": loaded, "discovery": [aks.__name__, eks.__name__, gke.__name__]}}))
+print(json.dumps({{"heavy": heavy, "loaded": loaded, "discovery": [aks.__name__, eks.__name__, gke.__name__]}}))
 """
 
 
@@ -40,21 +41,18 @@ def _run(code: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
 
 
-def test_import_without_cloud_sdks_succeeds_loads_none_and_takes_under_half_a_second() -> None:
-    runs = []
-    for _ in range(3):
-        done = _run(BLOCK_SDKS + MEASURE.format(sdks=CLOUD_SDKS))
-        assert done.returncode == 0, done.stderr
-        runs.append(json.loads(done.stdout))
-    for run in runs:
-        assert run["loaded"] == []
-        assert run["discovery"] == [
-            "proxy_component.discovery.aks",
-            "proxy_component.discovery.eks",
-            "proxy_component.discovery.gke",
-        ]
-    best = min(run["took"] for run in runs)
-    assert best < 0.5, f"import proxy_component took {best:.3f} s at best of 3"
+def test_import_without_cloud_sdks_succeeds_and_loads_none_nor_pulumi_or_the_kubernetes_client() -> None:
+    done = _run(BLOCK_SDKS + MEASURE.format(sdks=CLOUD_SDKS))
+    assert done.returncode == 0, done.stderr
+    run = json.loads(done.stdout)
+    assert run["loaded"] == []
+    # The command's modules (settings, render, the CLI) load lazily what they need beyond pydantic and yaml.
+    assert run["heavy"] == []
+    assert run["discovery"] == [
+        "proxy_component.discovery.aks",
+        "proxy_component.discovery.eks",
+        "proxy_component.discovery.gke",
+    ]
 
 
 def test_the_blocker_really_blocks() -> None:
