@@ -27,3 +27,17 @@ def kyverno() -> Path:
     path = Path(result.stdout.strip().splitlines()[-1])
     assert path.is_file(), f"scripts/kyverno printed {path}, which is not a file"
     return path
+
+
+@pytest.fixture(scope="session")
+def kyverno_controllers() -> tuple[Path, Path]:
+    """scripts/kyverno admission background: Kyverno's admission and background controllers (Kyverno's CRDs of the
+    same version beside them, crds/)."""
+    result = subprocess.run(["bash", str(ROOT / "scripts/kyverno"), "admission", "background"], capture_output=True,
+                            text=True, timeout=5400)  # fmt: skip
+    if result.returncode != 0:
+        pytest.fail(f"scripts/kyverno admission background failed:\n{result.stderr}")
+    admission, background = (Path(line) for line in result.stdout.strip().splitlines()[-2:])
+    for path in (admission, background, admission.parent / "crds"):
+        assert path.exists(), f"scripts/kyverno printed {path}, which does not exist"
+    return admission, background

@@ -3,6 +3,9 @@ Kyverno's own engine over the shared table (tests/kyverno, `kyverno apply`), no 
 
 from __future__ import annotations
 
+import os
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +16,7 @@ from proxy_component.render.kyverno import POLICY_NAME, cluster_policy
 from proxy_component.render.runtimes import python_no_proxy
 from proxy_component.settings import Settings, parse_settings
 
+ROOT = Path(__file__).resolve().parents[2]
 BASE: dict[str, Any] = {"cluster": {"podCidrs": ["10.244.0.0/16"]}, "injection": {"kyverno": True}}
 
 
@@ -135,3 +139,15 @@ def test_the_clone_never_targets_its_source_or_namespaces_the_component_manages(
 def test_an_injection_only_policy_never_blocks_pod_creation() -> None:
     settings = parse_settings({"cluster": {"podCidrs": ["10.0.0.0/16"]}, "injection": {"kyverno": True}})
     assert cluster_policy(settings, plain_values(settings))["spec"]["failurePolicy"] == "Ignore"
+
+
+def test_scripts_kyverno_refuses_an_unknown_target_before_building_anything(tmp_path: Path) -> None:
+    """scripts/kyverno builds `cli`, `admission` and `background`; any other name is an error naming it and the three,
+    and nothing is built or downloaded (the cache stays empty)."""
+    done = subprocess.run(
+        ["bash", str(ROOT / "scripts/kyverno"), "admission", "reports"],
+        capture_output=True, text=True, check=False, env={**os.environ, "PROXY_COMPONENT_CACHE": str(tmp_path)},
+    )  # fmt: skip
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == "scripts/kyverno: unknown target 'reports' (expected cli, admission or background)\n"
+    assert list(tmp_path.iterdir()) == []
