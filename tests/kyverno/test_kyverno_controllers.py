@@ -5,8 +5,9 @@ against the test cluster's real kube-apiserver (scripts/cluster, v1.36.3), every
 Out of cluster is Kyverno's development mode: with `--serverIP` the admission controller signs its serving
 certificate for that address (pkg/tls/keypair.go) and registers its webhooks by URL, `https://<serverIP><path>`
 (newClientConfig, pkg/controllers/webhook/utils.go), instead of by Service; `--serverIP=127.0.0.1:<port>` carries the
-port. Kyverno's own CRDs of that version (config/crds) are installed, no Kyverno ConfigMap (so none of the Helm
-chart's resource filters: the policies' own exclusions are what keeps kube-system and the excluded namespaces out).
+port. Kyverno's own CRDs of that version (config/crds) are installed, and an empty Kyverno ConfigMap (Kyverno's
+defaults, none of the Helm chart's resource filters: the policies' own exclusions are what keeps kube-system and the
+excluded namespaces out).
 
 The rendered MutatingPolicy then mutates, through the API server's call to Kyverno's webhook, every Pod of the shared
 table (tests/fixtures/injection-cases.yaml) created with kubectl, exactly as the stack transform renders it (env and
@@ -128,7 +129,19 @@ class KyvernoCluster:
         return self.kubectl("get", *args, "-o", "name", check=False).returncode == 0
 
     def apply(self, objects: list[Obj]) -> None:
-        self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(objects))
+        """Server-side: the trust bundle is larger than client-side apply's last-applied annotation allows."""
+        self.kubectl("apply", "--server-side", "-f", "-", stdin=yaml.safe_dump_all(objects))
+
+    def established(self) -> bool:
+        """Every CRD established (`kubectl wait` fails outright on a CRD that has no conditions yet)."""
+        crds = self.get("crd")["items"]
+        return bool(crds) and all(
+            any(
+                c["type"] == "Established" and c["status"] == "True"
+                for c in crd.get("status", {}).get("conditions") or []
+            )
+            for crd in crds
+        )
 
     def tails(self) -> str:
         return "".join(c.tail() for c in self.controllers)
@@ -149,7 +162,7 @@ class KyvernoCluster:
         log = self.workdir / f"{name}.log"
         command = [
             str(binary), f"--kubeconfig={self.kubeconfig}", "--metricsHost=127.0.0.1", f"--metricsPort={_free_port()}",
-            "--controllerRuntimeMetricsAddress=0", "--loggingFormat=text", "--v=2", *args,
+            "--controllerRuntimeMetricsAddress=0", "--loggingFormat=text", "--disableLogColor", "--v=2", *args,
         ]  # fmt: skip
         with log.open("wb") as out:
             process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=self.workdir)
@@ -206,7 +219,11 @@ def live(kyverno_controllers: tuple[Path, Path], tmp_path_factory: pytest.TempPa
                 cluster.kubectl("create", "namespace", namespace)
         for part in CRD_DIRS:  # server-side: the policies' CRDs are larger than client-side apply's annotation allows
             cluster.kubectl("apply", "--server-side", "-f", str(crds / part))
-        cluster.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=120s")
+        _wait(cluster.established, "Kyverno's CRDs established")
+        # Kyverno's ConfigMap, empty: its defaults and no resource filters. Without it Kyverno creates no
+        # UpdateRequest, so generates nothing: its updateRequestThreshold is then 0, not the default 1000
+        # (pkg/config/config.go: only a loaded ConfigMap sets it; pkg/utils/generator/updaterequests.go).
+        cluster.kubectl("create", "configmap", "kyverno", "-n", NAMESPACE)
         cluster.start(
             "kyverno-admission-controller", admission,
             f"--serverIP=127.0.0.1:{cluster.port}", "--webhookServerHost=127.0.0.1",
@@ -323,7 +340,8 @@ def test_kyvernos_admission_controller_gives_ephemeral_containers_what_the_trans
                          "--type=strategic", "-p", json.dumps(patch))  # fmt: skip
             expected += ephemeral_transformed(settings, admitted, [container])
             got = container_parts(live.get("pod", name, "-n", case.namespace)["spec"]["ephemeralContainers"])
-            assert got == container_parts(expected), (profile, eph.name)
+            wanted = container_parts(expected)
+            assert got == wanted, (profile, eph.name, json.dumps(got), json.dumps(wanted))
             changed += expected[-1] != container
             untouched += expected[-1] == container
         after = live.get("pod", name, "-n", case.namespace)
