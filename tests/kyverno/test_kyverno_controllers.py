@@ -125,9 +125,6 @@ class KyvernoCluster:
     def get(self, *args: str) -> Any:
         return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
 
-    def exists(self, *args: str) -> bool:
-        return self.kubectl("get", *args, "-o", "name", check=False).returncode == 0
-
     def apply(self, objects: list[Obj]) -> None:
         """Server-side: the trust bundle is larger than client-side apply's last-applied annotation allows."""
         self.kubectl("apply", "--server-side", "-f", "-", stdin=yaml.safe_dump_all(objects))
@@ -321,7 +318,8 @@ def test_kyvernos_admission_controller_gives_ephemeral_containers_what_the_trans
     live: KyvernoCluster, profile: str
 ) -> None:
     """`kubectl debug`'s way, one UPDATE of `pods/ephemeralcontainers` per container: the MutatingPolicy's
-    subresource branch, which the Kyverno CLI cannot reach, run by Kyverno itself."""
+    subresource branch, which the Kyverno CLI cannot reach, run by Kyverno itself; the ones added before stay as
+    they were."""
     settings = kyverno_settings(profile, "MutatingPolicy")
     _apply_mutating_policy(live, settings)
     by_name = {case.name: case for case in cases()}
@@ -335,9 +333,11 @@ def test_kyvernos_admission_controller_gives_ephemeral_containers_what_the_trans
         admitted = live.get("pod", name, "-n", case.namespace)
         expected: list[Obj] = []
         for container in eph.containers:
-            patch = {"spec": {"ephemeralContainers": [container]}}
+            # A JSON patch appends it, keeping the order (a strategic merge patch puts the new one first).
+            path = "/spec/ephemeralContainers" + ("/-" if expected else "")
+            patch = [{"op": "add", "path": path, "value": container if expected else [container]}]
             live.kubectl("patch", "pod", name, "-n", case.namespace, "--subresource=ephemeralcontainers",
-                         "--type=strategic", "-p", json.dumps(patch))  # fmt: skip
+                         "--type=json", "-p", json.dumps(patch))  # fmt: skip
             expected += ephemeral_transformed(settings, admitted, [container])
             got = container_parts(live.get("pod", name, "-n", case.namespace)["spec"]["ephemeralContainers"])
             wanted = container_parts(expected)
@@ -348,7 +348,7 @@ def test_kyvernos_admission_controller_gives_ephemeral_containers_what_the_trans
         assert injected_parts(after["spec"]) == injected_parts(admitted["spec"])
     _delete_pods(live)
     assert changed >= 4, (changed, untouched)
-    assert untouched >= 3, (changed, untouched)
+    assert untouched >= 2, (changed, untouched)
 
 
 def _data(live: KyvernoCluster, kind: str, namespace: str, name: str) -> dict[str, str] | None:
