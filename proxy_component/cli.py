@@ -22,6 +22,7 @@ from .render.admission import admission_objects
 from .render.helm import PROFILES, RENAMED, UnknownProfileError, profile_values, values_yaml
 from .render.kustomize import kustomization
 from .render.kyverno import kyverno_objects
+from .render.plan import owned
 from .render.trust import unreached
 from .settings import (
     Runtime,
@@ -131,10 +132,10 @@ def _objects(settings: Settings, args: argparse.Namespace) -> list[dict[str, Any
         return capi_manifests(settings)
     if fmt == "capi-patches":
         return capi_patches(settings)
-    if fmt == "kyverno":
-        return kyverno_objects(settings, plain_values(settings))
+    if fmt == "kyverno":  # the plan's objects (those of injection.kyverno), made as the plan makes them
+        return [owned(o) for o in kyverno_objects(settings, plain_values(settings))]
     if fmt == "admission":
-        return admission_objects(settings, plain_values(settings))
+        return [owned(o) for o in admission_objects(settings, plain_values(settings))]
     if fmt == "check-rbac":
         from .check import rbac_objects
 
