@@ -250,3 +250,49 @@ def test_scrub_hides_any_urls_userinfo_and_the_settings_passwords() -> None:
                                                       "password": "upstream-Secret"}}})  # fmt: skip
     text = "a http://x:y@host:1 b https://only-user@h c upstream-Secret d svc"
     assert scrub(text, settings) == "a http://***@host:1 b https://***@h c *** d svc"
+
+
+PROBE_URLS = ["https://registry-1.docker.io/v2/", "http://deb.debian.org/"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["check", "CONFIG", "--probe", *PROBE_URLS],
+        ["check", "--probe", *PROBE_URLS, "CONFIG"],
+        ["check", "--probe", *PROBE_URLS, "CONFIG", "--json"],
+    ],
+    ids=["config-first", "config-last", "config-last-then-option"],
+)
+def test_check_probe_takes_config_before_or_after_its_urls(
+    argv: list[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """--probe takes one or more words: before, `check --probe URL CONFIG` took CONFIG for a URL and then said
+    CONFIG is required."""
+    config = tmp_path / "proxy.yaml"
+    config.write_text(yaml.safe_dump(BASE))
+    seen: list[Any] = []
+    monkeypatch.setattr("proxy_component.cli._check", lambda args: seen.append(args) or 0)
+    assert main([str(config) if word == "CONFIG" else word for word in argv]) == 0
+    (args,) = seen
+    assert (args.config, args.probe) == (str(config), PROBE_URLS)
+
+
+@pytest.mark.parametrize(
+    ("argv", "word"),
+    [
+        (["check", "proxy.yaml", "--probe", PROBE_URLS[0], "other.yaml"], "other.yaml"),
+        (["check", "--probe", "registry-1.docker.io", PROBE_URLS[0], "proxy.yaml"], "registry-1.docker.io"),
+        (["check", "--probe", "proxy.yaml"], "proxy.yaml"),
+    ],
+)
+def test_check_probe_names_a_word_that_is_no_url(
+    argv: list[str], word: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.endswith(
+        f"proxy-component: error: --probe: {word!r} is not an http:// or https:// URL (expected e.g. "
+        "https://registry-1.docker.io/v2/; CONFIG goes before --probe, or after its URLs)\n"
+    )
