@@ -867,10 +867,12 @@ def probe_cluster(
             if created is not None:
                 created(pod["metadata"]["name"])
         phases: dict[str, str] = {}
+        seen: dict[str, Any] = {}
 
         def finished() -> bool:
             for item in cluster.list(Access(PODS, d.namespace), label_selector=f"{RUN_LABEL}={run}"):
                 phases[item.metadata.name] = (item.status.phase if item.status else None) or "Pending"
+                seen[item.metadata.name] = item
             return all(phases.get(name) in ("Succeeded", "Failed") for _, name in names)
 
         wait_until(finished, stop)
@@ -883,7 +885,7 @@ def probe_cluster(
                 log = cluster.request(Access(POD_LOGS, d.namespace), name, d.namespace, container="probe")
                 transcripts = parse_transcript(str(log), len(targets))
             if transcripts is None:
-                detail = f"the probe pod {name} gave no complete result within {deadline} s (phase {phase})"
+                detail = stalled(name, d.namespace, node, deadline, phase, seen.get(name))
                 results += [ProbeResult(node, t.url, "timeout", detail) for t in targets]
                 continue
             proxy_log = _proxy_log(cluster, settings, proxies, node, deadline)
@@ -900,6 +902,31 @@ def probe_cluster(
         raise error from None
     finally:
         _delete_probe_pods(cluster, settings, run, [name for _, name in names])
+
+
+def stalled(name: str, namespace: str, node: str, deadline: int, phase: str, pod: Any | None) -> str:
+    """Why a probe pod gave no result, as far as its last listing shows, and where to look next: its events (the
+    pod itself is deleted when check returns)."""
+    state = [f"phase {phase}"]
+    status = pod.status if pod is not None else None
+    for condition in (status.conditions if status else None) or []:
+        if condition.type == "PodScheduled" and condition.status == "False":
+            state.append(f"not scheduled: {condition.reason or 'unknown'}: {condition.message or ''}".rstrip(": "))
+    for container in (status.container_statuses if status else None) or []:
+        waiting = container.state.waiting if container.state else None
+        if waiting is not None and waiting.reason:
+            state.append(f"container {container.name} {waiting.reason}: {waiting.message or ''}".rstrip(": "))
+    if phase == "Pending":
+        hint = (
+            f"a Pending pod waits for its image (deployment.image, pulled by node {node} from its registry) or for "
+            "room on the node"
+        )
+    else:
+        hint = "a Running pod had not finished its URLs (raise --probe-deadline)"
+    return (
+        f"the probe pod {name} gave no complete result within {deadline} s ({'; '.join(state)}); {hint}; its "
+        f"events outlive it: kubectl -n {namespace} get events --field-selector involvedObject.name={name}"
+    )
 
 
 def _proxy_log(cluster: Cluster, settings: Settings, proxies: list[Any], node: str, deadline: int) -> str:
