@@ -406,6 +406,7 @@ def check_cluster(settings: Settings, cluster: Cluster) -> list[Finding]:
         no_proxy = list(settings.no_proxy().networks())
         return [
             *_nodes(settings, nodes, no_proxy),
+            *_node_ranges(settings, nodes),
             *_service_range(cluster, no_proxy),
             *_proxy(settings, cluster, nodes),
             *_proxy_configs(settings, cluster),
@@ -518,6 +519,47 @@ def _nodes(settings: Settings, nodes: list[Any], no_proxy: list[Net]) -> Iterato
                     f"podCIDR {cidr} is not covered by NO_PROXY: requests to these pods go through the proxy "
                     "(add it to cluster.podCidrs)",
                 )  # fmt: skip
+
+
+# A node range wider than the nodes need: more than 2**WIDE_BITS times the addresses of the smallest range that
+# holds its nodes' InternalIPs, that range taken as at least a node subnet (a /24, an IPv6 /64).
+WIDE_BITS = 8
+NODE_SUBNET = {4: 24, 6: 64}
+
+
+def wide_node_range(cidr: str, addresses: Sequence[str]) -> tuple[Net, int] | None:
+    """Where `cidr` (a node range in tinyproxy's Allow) is wider than its nodes need by more than WIDE_BITS bits:
+    the range they need and how many of the `addresses` it holds. None where it is not, or where it holds none of
+    the addresses (nothing to compare with)."""
+    net = _network(cidr)
+    if net is None:
+        return None
+    inside = sorted(ip for ip in map(ipaddress.ip_address, addresses) if ip.version == net.version and ip in net)
+    if not inside:
+        return None
+    span = net.max_prefixlen - (int(inside[0]) ^ int(inside[-1])).bit_length()
+    needed = ipaddress.ip_network(f"{inside[0]}/{min(span, NODE_SUBNET[net.version])}", strict=False)
+    return (needed, len(inside)) if net.prefixlen < needed.prefixlen - WIDE_BITS else None
+
+
+def _node_ranges(settings: Settings, nodes: list[Any]) -> Iterator[Finding]:
+    """A node range in tinyproxy's Allow far wider than the cluster's nodes: every host in it may use the proxy
+    (and its upstream credentials), not only the nodes."""
+    if not settings.deployment.enabled:
+        return
+    addresses = [a for node in nodes for a in _internal_ips(node) if _network(a) is not None]
+    for i, cidr in enumerate(settings.cluster.node_cidrs):
+        wide = wide_node_range(cidr, addresses)
+        if wide is None:
+            continue
+        needed, count = wide
+        size = ipaddress.ip_network(cidr).num_addresses
+        yield Finding(
+            "node-range-wide", f"cluster.nodeCidrs[{i}] {cidr}", "warning",
+            f"tinyproxy's Allow holds all {size:,} addresses of {cidr}, but the cluster's {count} node address(es) "
+            f"in it lie in {needed}: any host in {cidr}, not only the nodes, may use the proxy and its upstream "
+            f"credentials (narrow cluster.nodeCidrs to the subnets the node pools use, e.g. {needed})",
+        )  # fmt: skip
 
 
 def _service_range(cluster: Cluster, no_proxy: list[Net]) -> Iterator[Finding]:
