@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import json
 import os
 import subprocess
 import sys
@@ -87,10 +88,15 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 def changed(settings: dict[str, Any]) -> dict[str, Any]:
-    """A change that updates every object of `every_kind` (the test checks it in the preview): the port, NO_PROXY,
-    the CA, the excluded namespaces and the opt-out annotation."""
+    """A change that updates every object of `every_kind` in place (the test checks it in the preview): tinyproxy's
+    MaxClients (its config, so the DaemonSet's digest), the Service's traffic policy, NO_PROXY, the CA, the excluded
+    namespaces and the opt-out annotation.
+
+    Not the port: a Service's ports are a list keyed by port, and before pulumi-kubernetes' first real update moves
+    the fields of its client-side create to its server-side apply manager, a preview keeps the old entry beside the
+    new one (`spec.ports[1].name: Duplicate value`), as test_live.py's default-provider test shows for probes."""
     out = copy.deepcopy(settings)
-    out["deployment"] = {"port": 8889}
+    out["deployment"] = {"maxClients": 512, "internalTrafficPolicy": "Local"}
     out["proxy"]["noProxy"] = [".corp.example"]
     out["proxy"]["upstream"]["trustedCa"] = make_ca("Another Inspecting CA").cert_pem
     out["injection"]["excludeNamespaces"] = ["kube-system", "other"]
@@ -123,7 +129,7 @@ def where(obj: dict[str, Any]) -> list[str]:
 
 # Per kind: a merge patch that sets, as another field manager ("kubectl-patch"), a field the plan sets.
 SPEC_EDITS: dict[str, dict[str, Any]] = {
-    "Service": {"spec": {"internalTrafficPolicy": "Local"}},
+    "Service": {"spec": {"internalTrafficPolicy": "Cluster"}},  # rendered: Local (changed())
     "MutatingPolicy": {"spec": {"failurePolicy": "Fail"}},
     "GeneratingPolicy": {"spec": {"evaluation": {"synchronize": {"enabled": False}}}},
     "ClusterPolicy": {"spec": {"failurePolicy": "Fail"}},
@@ -146,7 +152,7 @@ def edit(cluster: Cluster, obj: dict[str, Any]) -> None:
         patch: dict[str, Any] = {"data": {key: value}}
     else:
         patch = SPEC_EDITS[kind]
-    cluster.kubectl("patch", *where(obj), "--type=merge", "-p", yaml.safe_dump(patch, default_flow_style=True))
+    cluster.kubectl("patch", *where(obj), "--type=merge", "-p", json.dumps(patch))
 
 
 def differences(rendered: Any, live: Any, path: str = "") -> list[str]:
