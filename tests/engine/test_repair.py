@@ -139,20 +139,22 @@ SPEC_EDITS: dict[str, dict[str, Any]] = {
 }
 
 
-def edit(cluster: Cluster, obj: dict[str, Any]) -> None:
-    """Change one field the plan sets, as an operator would with kubectl."""
+def edit(cluster: Cluster, obj: dict[str, Any], manager: str | None, mark: str) -> None:
+    """Change one field the plan sets, as an operator would with kubectl (its own field manager, kubectl-set or
+    kubectl-patch, unless `manager` names another)."""
     kind = obj["kind"]
+    named = ["--field-manager", manager] if manager else []
     if kind == "DaemonSet":
-        cluster.kubectl("set", "image", f"daemonset/{obj['metadata']['name']}", "tinyproxy=example.invalid/edited:1",
-                        "-n", obj["metadata"]["namespace"])  # fmt: skip
+        cluster.kubectl("set", "image", f"daemonset/{obj['metadata']['name']}", f"tinyproxy=example.invalid/{mark}:1",
+                        "-n", obj["metadata"]["namespace"], *named)  # fmt: skip
         return
     if kind in ("ConfigMap", "Secret"):
         key = sorted(obj["data"])[0]
-        value = base64.b64encode(b"edited").decode() if kind == "Secret" else "edited"
+        value = base64.b64encode(mark.encode()).decode() if kind == "Secret" else mark
         patch: dict[str, Any] = {"data": {key: value}}
     else:
         patch = SPEC_EDITS[kind]
-    cluster.kubectl("patch", *where(obj), "--type=merge", "-p", json.dumps(patch))
+    cluster.kubectl("patch", *where(obj), "--type=merge", "-p", json.dumps(patch), *named)
 
 
 def differences(rendered: Any, live: Any, path: str = "") -> list[str]:
@@ -164,7 +166,9 @@ def differences(rendered: Any, live: Any, path: str = "") -> list[str]:
     if isinstance(rendered, list):
         if not isinstance(live, list) or len(live) != len(rendered):
             return [f"{path}: {live!r}"]
-        return [d for i, (r, v) in enumerate(zip(rendered, live, strict=True)) for d in differences(r, v, f"{path}[{i}]")]
+        return [
+            d for i, (r, v) in enumerate(zip(rendered, live, strict=True)) for d in differences(r, v, f"{path}[{i}]")
+        ]
     return [] if rendered == live else [f"{path}: {live!r}, rendered {rendered!r}"]
 
 
@@ -198,17 +202,26 @@ def test_up_refresh_puts_back_an_edit_of_every_object_after_an_update(
     for obj in objects:
         assert live_differences(cluster, obj) == [], obj["metadata"]
 
-    for obj in objects:
-        edit(cluster, obj)
-        assert live_differences(cluster, obj) != [], f"the edit of {where(obj)} changed nothing"
-
-    repaired = project.run("up", "--yes", "--skip-preview", "--refresh", check=False)
-    output = repaired.stdout + repaired.stderr
-    assert "Traceback" not in output, output
-    assert "KeyboardInterrupt" not in output, output
-    assert repaired.returncode == 0, output
-    for obj in objects:
-        assert live_differences(cluster, obj) == [], where(obj)
+    # kubectl's own managers (kubectl-patch, kubectl-set: pulumi-kubernetes takes their fields over before a real
+    # update, not in the server-side dry run of a preview), then a manager of another name (a controller, a team's
+    # tool), whose fields it never takes over: `up --refresh` as a user runs it, its preview included, then the
+    # update alone.
+    for manager, mark, skip in ((None, "edited", ()), ("platform-team", "edited-again", ("--skip-preview",))):
+        for obj in objects:
+            edit(cluster, obj, manager, mark)
+            assert live_differences(cluster, obj) != [], f"the edit of {where(obj)} changed nothing"
+        if not skip:
+            preview = project.run("preview", "--refresh", "--json", check=False)
+            assert "Traceback" not in preview.stdout + preview.stderr, preview.stdout + preview.stderr
+            assert preview.returncode == 0, preview.stdout + preview.stderr
+            assert changes(json.loads(preview.stdout)) == {"update": owned}
+        repaired = project.run("up", "--yes", "--refresh", *skip, check=False)
+        output = repaired.stdout + repaired.stderr
+        assert "Traceback" not in output, output
+        assert "KeyboardInterrupt" not in output, output
+        assert repaired.returncode == 0, output
+        for obj in objects:
+            assert live_differences(cluster, obj) == [], (manager, where(obj))
     project.run("preview", "--refresh", "--expect-no-changes")
     project.run("destroy", "--yes", "--skip-preview")
     leftover = [where(o) for o in objects if cluster.exists(*where(o))]
