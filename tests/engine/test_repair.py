@@ -226,3 +226,21 @@ def test_up_refresh_puts_back_an_edit_of_every_object_after_an_update(
     project.run("destroy", "--yes", "--skip-preview")
     leftover = [where(o) for o in objects if cluster.exists(*where(o))]
     assert leftover == [], leftover
+
+
+def test_a_failed_update_names_the_api_servers_reason_with_no_traceback(project_factory: Any, cluster: Cluster) -> None:
+    """An update the API server refuses (a proxy-config someone made immutable) fails `preview` and `up` with its
+    reason, and no Python traceback: the engine stops the program (SIGINT) when a step fails."""
+    settings = {"cluster": {"podCidrs": ["10.244.0.0/16"], "nodeCidrs": ["192.0.2.0/24"]}, "namespaces": ["team-a"]}
+    project: Project = stack(project_factory, cluster, "refused", settings)
+    project.up()
+    cluster.kubectl("patch", "configmap", "proxy-config", "-n", "team-a", "--type=merge", "-p", '{"immutable":true}')
+    project.config(f"{NS}:proxy", {"noProxy": [".corp.example"]})
+    for command in (("preview",), ("up", "--yes"), ("up", "--yes", "--skip-preview")):
+        result = project.run(*command, check=False)
+        output = result.stdout + result.stderr
+        assert result.returncode != 0, output
+        assert "field is immutable when `immutable` is set" in output, output
+        assert "Traceback" not in output, output
+        assert "KeyboardInterrupt" not in output, output
+    project.run("destroy", "--yes", "--skip-preview")
