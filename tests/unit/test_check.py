@@ -272,7 +272,12 @@ def test_check_probe_takes_config_before_or_after_its_urls(
     config = tmp_path / "proxy.yaml"
     config.write_text(yaml.safe_dump(BASE))
     seen: list[Any] = []
-    monkeypatch.setattr("proxy_component.cli._check", lambda args: seen.append(args) or 0)
+
+    def record(args: Any) -> int:
+        seen.append(args)
+        return 0
+
+    monkeypatch.setattr("proxy_component.cli._check", record)
     assert main([str(config) if word == "CONFIG" else word for word in argv]) == 0
     (args,) = seen
     assert (args.config, args.probe) == (str(config), PROBE_URLS)

@@ -197,7 +197,7 @@ def test_probe_cluster_reports_a_stalled_pod_with_its_state(monkeypatch: pytest.
                 spec=SimpleNamespace(node_name="n1"), status=SimpleNamespace(phase="Running"))}  # fmt: skip
 
         def list_namespaced_pod(self, namespace: str, label_selector: str = "", **_: Any) -> Any:
-            key, _, value = label_selector.partition("=")
+            key, value = label_selector.split("=", 1)
             items = [p for p in self.pods.values() if p.metadata.labels.get(key) == value]
             return SimpleNamespace(items=items, metadata=SimpleNamespace(_continue=None))
 
