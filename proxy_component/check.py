@@ -419,6 +419,7 @@ def check_cluster(settings: Settings, cluster: Cluster) -> list[Finding]:
         no_proxy = list(settings.no_proxy().networks())
         return [
             *_nodes(settings, nodes, no_proxy),
+            *_node_ranges(settings, nodes),
             *_service_range(cluster, no_proxy),
             *_proxy(settings, cluster, nodes),
             *_proxy_configs(settings, cluster),
@@ -531,6 +532,47 @@ def _nodes(settings: Settings, nodes: list[Any], no_proxy: list[Net]) -> Iterato
                     f"podCIDR {cidr} is not covered by NO_PROXY: requests to these pods go through the proxy "
                     "(add it to cluster.podCidrs)",
                 )  # fmt: skip
+
+
+# A node range wider than the nodes need: more than 2**WIDE_BITS times the addresses of the smallest range that
+# holds its nodes' InternalIPs, that range taken as at least a node subnet (a /24, an IPv6 /64).
+WIDE_BITS = 8
+NODE_SUBNET = {4: 24, 6: 64}
+
+
+def wide_node_range(cidr: str, addresses: Sequence[str]) -> tuple[Net, int] | None:
+    """Where `cidr` (a node range in tinyproxy's Allow) is wider than its nodes need by more than WIDE_BITS bits:
+    the range they need and how many of the `addresses` it holds. None where it is not, or where it holds none of
+    the addresses (nothing to compare with)."""
+    net = _network(cidr)
+    if net is None:
+        return None
+    inside = sorted(ip for ip in map(ipaddress.ip_address, addresses) if ip.version == net.version and ip in net)
+    if not inside:
+        return None
+    span = net.max_prefixlen - (int(inside[0]) ^ int(inside[-1])).bit_length()
+    needed = ipaddress.ip_network(f"{inside[0]}/{min(span, NODE_SUBNET[net.version])}", strict=False)
+    return (needed, len(inside)) if net.prefixlen < needed.prefixlen - WIDE_BITS else None
+
+
+def _node_ranges(settings: Settings, nodes: list[Any]) -> Iterator[Finding]:
+    """A node range in tinyproxy's Allow far wider than the cluster's nodes: every host in it may use the proxy
+    (and its upstream credentials), not only the nodes."""
+    if not settings.deployment.enabled:
+        return
+    addresses = [a for node in nodes for a in _internal_ips(node) if _network(a) is not None]
+    for i, cidr in enumerate(settings.cluster.node_cidrs):
+        wide = wide_node_range(cidr, addresses)
+        if wide is None:
+            continue
+        needed, count = wide
+        size = ipaddress.ip_network(cidr).num_addresses
+        yield Finding(
+            "node-range-wide", f"cluster.nodeCidrs[{i}] {cidr}", "warning",
+            f"tinyproxy's Allow holds all {size:,} addresses of {cidr}, but the cluster's {count} node address(es) "
+            f"in it lie in {needed}: any host in {cidr}, not only the nodes, may use the proxy and its upstream "
+            f"credentials (narrow cluster.nodeCidrs to the subnets the node pools use, e.g. {needed})",
+        )  # fmt: skip
 
 
 def _service_range(cluster: Cluster, no_proxy: list[Net]) -> Iterator[Finding]:
@@ -929,12 +971,12 @@ def probe_cluster(
             if created is not None:
                 created(pod["metadata"]["name"])
         phases: dict[str, str] = {}
-        pulls: dict[str, str] = {}
+        seen: dict[str, Any] = {}
 
         def finished() -> bool:
             for item in cluster.list(Access(PODS, PROBE_NAMESPACE), label_selector=f"{RUN_LABEL}={run}"):
                 phases[item.metadata.name] = (item.status.phase if item.status else None) or "Pending"
-                pulls[item.metadata.name] = _image_pull_failure(item)
+                seen[item.metadata.name] = item
             return all(phases.get(name) in ("Succeeded", "Failed") for _, name in names)
 
         wait_until(finished, stop)
@@ -947,9 +989,9 @@ def probe_cluster(
                 log = cluster.request(Access(POD_LOGS, PROBE_NAMESPACE), name, PROBE_NAMESPACE, container="probe")
                 transcripts = parse_transcript(str(log), len(targets))
             if transcripts is None:
-                detail = f"the probe pod {name} gave no complete result within {deadline} s (phase {phase})"
-                if pulls.get(name):
-                    detail += f"; {_pull_hint(settings, pulls[name])}"
+                pod = seen.get(name)
+                pull = _pull_hint(settings) if pod is not None and _image_pull_failure(pod) else None
+                detail = stalled(name, PROBE_NAMESPACE, node, deadline, phase, pod, pull)
                 results += [ProbeResult(node, t.url, "timeout", detail) for t in targets]
                 continue
             proxy_log = _proxy_log(cluster, settings, proxies, node, deadline)
@@ -966,6 +1008,35 @@ def probe_cluster(
         raise error from None
     finally:
         _delete_probe_pods(cluster, run, [name for _, name in names])
+
+
+def stalled(
+    name: str, namespace: str, node: str, deadline: int, phase: str, pod: Any | None, pull: str | None = None
+) -> str:
+    """Why a probe pod gave no result, as far as its last listing shows, and where to look next: `pull` (what to do
+    when its image could not be pulled), its events (the pod itself is deleted when check returns)."""
+    state = [f"phase {phase}"]
+    status = pod.status if pod is not None else None
+    for condition in (status.conditions if status else None) or []:
+        if condition.type == "PodScheduled" and condition.status == "False":
+            state.append(f"not scheduled: {condition.reason or 'unknown'}: {condition.message or ''}".rstrip(": "))
+    for container in (status.container_statuses if status else None) or []:
+        waiting = container.state.waiting if container.state else None
+        if waiting is not None and waiting.reason:
+            state.append(f"container {container.name} {waiting.reason}: {waiting.message or ''}".rstrip(": "))
+    if pull is not None:
+        hint = pull
+    elif phase == "Pending":
+        hint = (
+            f"a Pending pod waits for its image (deployment.image, pulled by node {node} from its registry) or for "
+            "room on the node"
+        )
+    else:
+        hint = "a Running pod had not finished its URLs (raise --probe-deadline)"
+    return (
+        f"the probe pod {name} gave no complete result within {deadline} s ({'; '.join(state)}); {hint}; its "
+        f"events outlive it: kubectl -n {namespace} get events --field-selector involvedObject.name={name}"
+    )
 
 
 def _proxy_log(cluster: Cluster, settings: Settings, proxies: list[Any], node: str, deadline: int) -> str:
@@ -1010,7 +1081,8 @@ def _image_pull_failure(pod: Any) -> str:
     return ""
 
 
-def _pull_hint(settings: Settings, failure: str) -> str:
+def _pull_hint(settings: Settings) -> str:
+    """What to do when a probe pod's image could not be pulled: its registry's credentials, in the probe's namespace."""
     secrets = settings.deployment.image_pull_secrets
     where = (
         f"the Secrets deployment.imagePullSecrets names ({', '.join(secrets)}) must exist in namespace "
@@ -1019,7 +1091,7 @@ def _pull_hint(settings: Settings, failure: str) -> str:
         else "if its registry needs credentials, name their Secret in deployment.imagePullSecrets and copy it into "
         f"namespace {PROBE_NAMESPACE}"
     )
-    return f"its image could not be pulled ({failure}): {where}"
+    return f"its image could not be pulled: {where}"
 
 
 def _delete_probe_pods(cluster: Cluster, run: str, names: list[str]) -> None:

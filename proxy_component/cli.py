@@ -22,6 +22,7 @@ from .render.admission import admission_objects
 from .render.helm import PROFILES, RENAMED, UnknownProfileError, profile_values, values_yaml
 from .render.kustomize import kustomization
 from .render.kyverno import kyverno_objects
+from .render.plan import owned
 from .render.trust import unreached
 from .settings import (
     Runtime,
@@ -131,10 +132,10 @@ def _objects(settings: Settings, args: argparse.Namespace) -> list[dict[str, Any
         return capi_manifests(settings)
     if fmt == "capi-patches":
         return capi_patches(settings)
-    if fmt == "kyverno":
-        return kyverno_objects(settings, plain_values(settings))
+    if fmt == "kyverno":  # the plan's objects (those of injection.kyverno), made as the plan makes them
+        return [owned(o) for o in kyverno_objects(settings, plain_values(settings))]
     if fmt == "admission":
-        return admission_objects(settings, plain_values(settings))
+        return [owned(o) for o in admission_objects(settings, plain_values(settings))]
     if fmt == "check-rbac":
         from .check import rbac_objects
 
@@ -504,6 +505,29 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _split_probe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """`check --probe URL... CONFIG`: --probe takes every word after it, CONFIG too; give that back to CONFIG.
+
+    Only a last word that is no http:// or https:// URL, and only when CONFIG is not given before: any other word
+    that is no such URL is an error naming it.
+    """
+    urls: list[str] = args.probe
+    last = urls[-1]
+    if args.config is None and args.stack is None and len(urls) > 1 and not _is_probe_url(last):
+        args.config, urls = last, urls[:-1]
+    for url in urls:
+        if not _is_probe_url(url):
+            parser.error(
+                f"--probe: {url!r} is not an http:// or https:// URL (expected e.g. https://registry-1.docker.io/v2/; "
+                "CONFIG goes before --probe, or after its URLs)"
+            )
+    args.probe = urls
+
+
+def _is_probe_url(word: str) -> bool:
+    return word.lower().startswith(("http://", "https://"))
+
+
 def _stack_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--stack",
@@ -519,6 +543,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "render":
         _check_format(parser, args)
+    if args.command == "check" and args.probe:
+        _split_probe(parser, args)
     if args.command == "check" and args.config is None and args.stack is None:
         parser.error(
             "check: CONFIG or --stack NAME is required: the settings of the cluster to compare (the embedded "

@@ -290,6 +290,7 @@ class ClusterSettings(TypedDict):
     service_cidrs: NotRequired[pulumi.Input[Sequence[pulumi.Input[str]]]]
 
     node_cidrs: NotRequired[pulumi.Input[Sequence[pulumi.Input[str]]]]
+    """The node pools' subnets. In NO_PROXY and in tinyproxy's Allow: every host in them, not only the cluster's nodes, may use the proxy and its upstream credentials, so give the subnets, not a whole private range (`check` warns, node-range-wide)."""
 
     api_server_hosts: NotRequired[pulumi.Input[Sequence[pulumi.Input[str]]]]
 

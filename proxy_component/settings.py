@@ -514,7 +514,12 @@ class ClusterSettings(_Model):
     dns_domain: DnsName = "cluster.local"
     pod_cidrs: list[SourceRange] = Field(default_factory=list)
     service_cidrs: list[Cidr] = Field(default_factory=list)
-    node_cidrs: list[SourceRange] = Field(default_factory=list)
+    node_cidrs: list[SourceRange] = Field(
+        default_factory=list,
+        description="The node pools' subnets. In NO_PROXY and in tinyproxy's Allow: every host in them, not only the "
+        "cluster's nodes, may use the proxy and its upstream credentials, so give the subnets, not a whole private "
+        "range (`check` warns, node-range-wide).",
+    )
     api_server_hosts: list[ApiHost] = Field(default_factory=list)
     api_server_ips: list[IP] = Field(default_factory=list)
     ip_family: IpFamily | None = Field(default=None, description="Inferred from the pod and service CIDRs when unset.")

@@ -9,6 +9,9 @@ network is then read from the cloud instead of typed into the config.
 from __future__ import annotations
 
 import os
+import signal
+import sys
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,7 +39,7 @@ from .layers import (
 )
 from .settings import NETWORK_FIELDS, Settings, SettingsError, parse_settings
 
-__all__ = ["CONFIG_NAMESPACE", "Discover", "discover_from_config", "main", "settings_from_config"]
+__all__ = ["CONFIG_NAMESPACE", "Discover", "discover_from_config", "main", "settings_from_config", "stop_quietly"]
 
 CONFIG_NAMESPACE = "proxy-component"
 # The settings' top-level keys, as the YAML file spells them (camelCase).
@@ -270,12 +273,28 @@ def component_options(settings: Settings, provider: k8s.Provider) -> pulumi.Reso
     return pulumi.ResourceOptions(providers=[provider], aliases=aliases or None)
 
 
+# pulumi-language-python's exit code for "the program stopped after the error was shown": the host adds nothing.
+ALREADY_REPORTED = 32
+
+
+def stop_quietly(signum: int, frame: Any) -> None:
+    """SIGINT: the engine stops the program when a step fails (the API server refused an object) or on Ctrl-C, and
+    has said why. Python's default would raise KeyboardInterrupt wherever the program waits and print its
+    traceback (twice: the SDK's exec script is interrupted again while it shuts its threads down)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(ALREADY_REPORTED)
+
+
 def main() -> ClusterProxy | None:
     """Run the stack; a settings error stops `pulumi up` with the same field-naming message as the command.
 
     `pulumi.RunError` is the SDK's way to fail a program with a message alone: anything else
-    prints "Program failed with an unhandled exception" and a Python stack trace.
+    prints "Program failed with an unhandled exception" and a Python stack trace. A failed step
+    stops the program with SIGINT, which ends it without a trace (`stop_quietly`).
     """
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, stop_quietly)
     try:
         if _layer(pulumi.Config(CONFIG_NAMESPACE)) == INSTALLATION:
             installation_main()

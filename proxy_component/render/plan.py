@@ -8,6 +8,7 @@ text) may be unknown until a cluster's Outputs resolve.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,10 +31,19 @@ from .kyverno import CLONE_CONFIG_NAME, CLONE_TRUST_NAME, cluster_policy, genera
 from .proxy import config_object, daemonset, service
 from .trust import trust_bundle_object, trust_manager_bundle, trust_namespaces
 
-__all__ = ["PlanInputs", "Planned", "check_allow_sources", "check_unique", "node_values", "plan"]
+__all__ = ["PATCH_FORCE", "PlanInputs", "Planned", "check_allow_sources", "check_unique", "node_values", "plan"]
 
 Obj = dict[str, Any]
 Cluster = Literal["workload", "management"]
+
+PATCH_FORCE = "pulumi.com/patchForce"
+"""pulumi-kubernetes' per-object switch to force server-side apply conflicts: the object's fields are the plan's.
+
+Without it, once `pulumi up` has applied an object, an edit by another field manager (`kubectl patch`, `kubectl set
+image`) makes the next `up` fail with a field conflict instead of putting the value back. On every planned object,
+so that `render` (which `pulumi import` and `adoptExisting` take over) and the component register the same objects;
+kubectl, Argo CD and Flux ignore it.
+"""
 
 
 @dataclass(frozen=True)
@@ -207,4 +217,11 @@ def plan(settings: Settings, inputs: PlanInputs) -> list[Planned]:
                 planned.append(Planned(f"capi/{name}", f"-{name}", obj, cluster="management"))
     check_unique([p.obj for p in planned if p.cluster == "workload"])
     check_unique([p.obj for p in planned if p.cluster == "management"])
-    return planned
+    return [dataclasses.replace(p, obj=owned(p.obj)) for p in planned]
+
+
+def owned(obj: Obj) -> Obj:
+    """The object with the annotation that makes `pulumi up` take back any of its fields another manager edited."""
+    meta = obj["metadata"]
+    annotations = {**meta.get("annotations", {}), PATCH_FORCE: "true"}
+    return {**obj, "metadata": {**meta, "annotations": annotations}}

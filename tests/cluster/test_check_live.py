@@ -429,6 +429,19 @@ def test_a_node_with_pod_ranges_outside_the_settings(live: Live) -> None:
         live.delete_nodes("node-extra")
 
 
+def test_a_node_range_far_wider_than_the_nodes(live: Live) -> None:
+    """The kwok nodes' InternalIPs are in 192.0.2.0/24: a node range of 192.0.0.0/12 lets 4096 times as many hosts
+    use the proxy. The settings' /24 (the other tests') is not reported."""
+    wide = live.write("wide-node-range.yaml", SETTINGS.replace('"192.0.2.0/24"', '"192.0.0.0/12"'))
+    found = [f for f in live.findings(wide) if f["kind"] == "node-range-wide"]
+    assert [(f["object"], f["severity"]) for f in found] == [("cluster.nodeCidrs[0] 192.0.0.0/12", "warning")]
+    assert (
+        "addresses of 192.0.0.0/12, but the cluster's 3 node address(es) in it lie in 192.0.2.0/24"
+        in found[0]["message"]
+    )
+    assert not [f for f in live.findings() if f["kind"] == "node-range-wide"]
+
+
 def test_a_deleted_proxy_config(live: Live) -> None:
     live.kubectl("-n", "team-a", "delete", "configmap", "proxy-config")
     try:
@@ -808,6 +821,10 @@ def test_probe_pins_a_pod_per_node_under_exactly_the_rendered_role_and_removes_t
         (node, url, "timeout") for node in proxy_nodes for url in urls
     ]
     assert all(r["severity"] == "error" and "gave no complete result within 15 s" in r["detail"] for r in rows)
+    # kwok runs the pods without running them: Running, no log. The detail says where to look next.
+    assert all("(phase Running); a Running pod had not finished its URLs (raise --probe-deadline); its events "
+               "outlive it: kubectl -n kube-system get events --field-selector involvedObject.name=" in r["detail"]
+               for r in rows)  # fmt: skip
     assert stderr.endswith(f"clean, 0 of 6 probe(s) ok ({stderr.rsplit('(', 1)[1]}")
 
 

@@ -491,3 +491,20 @@ def test_a_bad_cidr_that_arrives_as_an_output_fails_with_the_literals_message(mo
     with pytest.raises(SettingsError) as plain:
         parse_settings({"cluster": {"podCidrs": ["10.0.0.1/33"]}})
     assert plain.value.problems == [literal.replace("eks.", "cluster.")]
+
+
+@pytest.mark.parametrize("kyverno_policy", ["MutatingPolicy", "ClusterPolicy"])
+def test_every_object_the_component_registers_takes_back_its_fields(mocked: Harness, kyverno_policy: str) -> None:
+    """pulumi.com/patchForce on every child the plan makes (each kind, both clusters): an edit by another field
+    manager is put back by the next `up` instead of failing it with a conflict (tests/engine/test_repair.py)."""
+    from proxy_component.render import plain_plan
+    from proxy_component.render.plan import PATCH_FORCE
+    from tests.unit.test_ownership import every_kind
+
+    raw = every_kind(kyverno_policy)
+    ClusterProxy("egress", ClusterProxyArgs(settings=raw))
+    children = [r for r in mocked.settle() if r.typ.startswith("kubernetes:")]
+    assert len(children) == len(plain_plan(parse_settings(raw)))
+    assert {r.typ.rsplit(":", 1)[1] for r in children} >= {"DaemonSet", "Service", "ConfigMap", "Secret", "Bundle"}
+    for r in children:
+        assert r.inputs["metadata"]["annotations"][PATCH_FORCE] == "true", r.name

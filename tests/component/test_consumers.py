@@ -157,6 +157,7 @@ def test_with_credentials_every_carrier_is_a_secret(mocked: Harness) -> None:
         "name": "cert-manager-proxy-values",
         "namespace": "flux-system",
         "labels": {"app.kubernetes.io/part-of": "proxy-component", "proxy-component.io/helm-profile": "cert-manager"},
+        "annotations": {"pulumi.com/patchForce": "true"},
     }
     assert yaml.safe_load(values_secret.inputs["stringData"]["values.yaml"])["http_proxy"].endswith(
         "@192.168.52.220:3128"

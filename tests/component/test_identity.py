@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import signal
 from typing import Any
 
 import pulumi
@@ -67,6 +68,7 @@ def _urns(harness: Harness, change: dict[str, Any]) -> dict[str, str]:
     from proxy_component.stack import main
 
     set_all_config(_config(change))
+    interrupt = signal.getsignal(signal.SIGINT)  # main() sets the stack's own
     try:
         proxy = harness.program(main)
         harness.settle()
@@ -74,6 +76,7 @@ def _urns(harness: Harness, change: dict[str, Any]) -> dict[str, str]:
         return {key: harness.value(resource.urn) for key, resource in proxy.resources.items()}
     finally:
         set_all_config({})
+        signal.signal(signal.SIGINT, interrupt)
 
 
 @pytest.mark.parametrize("change", list(CHANGES))

@@ -6,6 +6,7 @@ import base64
 import json
 import os
 import runpy
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ import yaml
 from pulumi.runtime.config import set_all_config
 
 from proxy_component import SettingsError
+from proxy_component.stack import stop_quietly
 from tests.component import test_discovery_aks as aks_tests
 from tests.component import test_discovery_eks as eks_tests
 from tests.component import test_discovery_gke as gke_tests
@@ -29,12 +31,15 @@ PROVIDER = "pulumi:providers:kubernetes"
 
 @pytest.fixture
 def in_dir() -> Iterator[None]:
+    """Run a program here: its working directory, config and SIGINT handler (the stack's) are put back after."""
     before = os.getcwd()
+    interrupt = signal.getsignal(signal.SIGINT)
     try:
         yield
     finally:
         os.chdir(before)
         set_all_config({})
+        signal.signal(signal.SIGINT, interrupt)
 
 
 def _stack_config(path: Path) -> dict[str, str]:
@@ -53,6 +58,7 @@ def test_dev_stack_renders_the_example_cluster_to_a_directory(mocked: Harness, i
     set_all_config(_stack_config(ROOT / "Pulumi.dev.yaml"))
     os.chdir(ROOT)
     runpy.run_path(str(ROOT / "__main__.py"))
+    assert signal.getsignal(signal.SIGINT) is stop_quietly, "the engine's SIGINT ends the program without a trace"
     registered = mocked.settle()
     (provider,) = [r for r in registered if r.typ == PROVIDER]
     assert provider.inputs["renderYamlToDirectory"] == "rendered/dev"
@@ -346,3 +352,20 @@ def test_every_settings_key_can_come_from_stack_config(mocked: Harness, in_dir: 
     assert settings.injection.kyverno
     assert settings.capi.enabled
     assert settings.helm_values_secrets[0].profile == "cert-manager"
+
+
+def test_the_stack_program_ends_quietly_when_the_engine_stops_it() -> None:
+    """A failed step makes the language host send SIGINT, twice when the program is slow to go: before, Python
+    printed KeyboardInterrupt tracebacks. The stack's handler exits at once with the host's "already reported" code
+    (tests/engine/test_repair.py shows it under the engine)."""
+    program = (
+        "import os, signal, threading, time\n"
+        "from proxy_component.stack import stop_quietly\n"
+        "signal.signal(signal.SIGINT, stop_quietly)\n"
+        "print('waiting', flush=True)\n"
+        "threading.Timer(0.2, lambda: os.kill(os.getpid(), signal.SIGINT)).start()\n"
+        "threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()\n"
+        "time.sleep(30)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert (result.returncode, result.stdout, result.stderr) == (32, "waiting\n", "")

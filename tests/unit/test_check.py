@@ -250,3 +250,97 @@ def test_scrub_hides_any_urls_userinfo_and_the_settings_passwords() -> None:
                                                       "password": "upstream-Secret"}}})  # fmt: skip
     text = "a http://x:y@host:1 b https://only-user@h c upstream-Secret d svc"
     assert scrub(text, settings) == "a http://***@host:1 b https://***@h c *** d svc"
+
+
+PROBE_URLS = ["https://registry-1.docker.io/v2/", "http://deb.debian.org/"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["check", "CONFIG", "--probe", *PROBE_URLS],
+        ["check", "--probe", *PROBE_URLS, "CONFIG"],
+        ["check", "--probe", *PROBE_URLS, "CONFIG", "--json"],
+    ],
+    ids=["config-first", "config-last", "config-last-then-option"],
+)
+def test_check_probe_takes_config_before_or_after_its_urls(
+    argv: list[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """--probe takes one or more words: before, `check --probe URL CONFIG` took CONFIG for a URL and then said
+    CONFIG is required."""
+    config = tmp_path / "proxy.yaml"
+    config.write_text(yaml.safe_dump(BASE))
+    seen: list[Any] = []
+
+    def record(args: Any) -> int:
+        seen.append(args)
+        return 0
+
+    monkeypatch.setattr("proxy_component.cli._check", record)
+    assert main([str(config) if word == "CONFIG" else word for word in argv]) == 0
+    (args,) = seen
+    assert (args.config, args.probe) == (str(config), PROBE_URLS)
+
+
+@pytest.mark.parametrize(
+    ("argv", "word"),
+    [
+        (["check", "proxy.yaml", "--probe", PROBE_URLS[0], "other.yaml"], "other.yaml"),
+        (["check", "--probe", "registry-1.docker.io", PROBE_URLS[0], "proxy.yaml"], "registry-1.docker.io"),
+        (["check", "--probe", "proxy.yaml"], "proxy.yaml"),
+    ],
+)
+def test_check_probe_names_a_word_that_is_no_url(
+    argv: list[str], word: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.endswith(
+        f"proxy-component: error: --probe: {word!r} is not an http:// or https:// URL (expected e.g. "
+        "https://registry-1.docker.io/v2/; CONFIG goes before --probe, or after its URLs)\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("cidr", "addresses", "needed"),
+    [
+        ("10.0.0.0/8", ["10.0.1.5", "10.0.1.6"], ("10.0.1.0/24", 2)),  # the example's range: 65536 times the /24
+        ("10.0.0.0/15", ["10.0.1.5"], ("10.0.1.0/24", 1)),  # 512 times
+        ("10.0.0.0/16", ["10.0.1.5"], None),  # 256 times: a VPC subnet, not more than the rule allows
+        ("192.0.2.0/24", ["192.0.2.10", "192.0.2.11"], None),  # the node subnet itself
+        ("10.0.0.0/8", ["10.0.1.5", "10.200.3.4"], None),  # nodes spread over the whole range
+        ("10.0.0.0/8", ["10.0.1.5", "10.3.3.4"], None),  # spread over a /14: 64 times
+        ("10.0.0.0/8", ["10.0.1.5", "10.0.3.4"], ("10.0.0.0/22", 2)),  # spread over a /22: 16384 times
+        ("fd00::/48", ["fd00::5"], ("fd00::/64", 1)),  # IPv6: a node subnet is a /64
+        ("fd00::/56", ["fd00::5"], None),
+        ("10.0.0.0/8", ["192.0.2.10", "fd00::5"], None),  # no node in it: nothing to compare with
+    ],
+)
+def test_a_node_range_is_wide_when_it_holds_256_times_what_its_nodes_need(
+    cidr: str, addresses: list[str], needed: tuple[str, int] | None
+) -> None:
+    wide = check.wide_node_range(cidr, addresses)
+    assert (None if wide is None else (str(wide[0]), wide[1])) == needed
+
+
+def test_check_warns_when_a_node_range_lets_far_more_hosts_than_the_nodes_use_the_proxy() -> None:
+    """tinyproxy's Allow holds the whole node range: any host in 10.0.0.0/8 may use the proxy and its credentials."""
+    settings = parse_settings(
+        {**BASE, "cluster": {"podCidrs": ["10.244.0.0/16"], "nodeCidrs": ["10.0.0.0/8", "fd00::/64"]}}
+    )
+    nodes = [_node("a", InternalIP="10.0.1.5"), _node("b", InternalIP="10.0.1.6"), _node("c", InternalIP="fd00::c")]
+    assert [(f.kind, f.object, f.severity, f.message) for f in check._node_ranges(settings, nodes)] == [
+        (
+            "node-range-wide",
+            "cluster.nodeCidrs[0] 10.0.0.0/8",
+            "warning",
+            "tinyproxy's Allow holds all 16,777,216 addresses of 10.0.0.0/8, but the cluster's 2 node address(es) in "
+            "it lie in 10.0.1.0/24: any host in 10.0.0.0/8, not only the nodes, may use the proxy and its upstream "
+            "credentials (narrow cluster.nodeCidrs to the subnets the node pools use, e.g. 10.0.1.0/24)",
+        )
+    ]
+    off = parse_settings({**BASE, "cluster": settings.cluster.model_dump(by_alias=True), "deployment": {"enabled": False},
+                          "proxy": {"httpProxy": "http://proxy.corp.example:3128"}})  # fmt: skip
+    assert list(check._node_ranges(off, nodes)) == [], "no tinyproxy, no Allow"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 from types import SimpleNamespace
 from typing import Any
 
@@ -17,9 +18,12 @@ import pytest
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
-from proxy_component.check import Cluster, Finding, check_cluster
+from proxy_component.check import Cluster, Finding, check_cluster, injection_apis, rbac_objects, workload_namespaces
 from proxy_component.render import manifests
+from proxy_component.render.trust import trust_namespaces
 from proxy_component.settings import Settings, parse_settings
+from tests.conftest import ROOT
+from tests.pki import make_ca
 
 SETTINGS = {
     "cluster": {"podCidrs": ["10.244.0.0/16"], "serviceCidrs": ["10.96.0.0/12"], "nodeCidrs": ["192.0.2.0/24"]},
@@ -104,7 +108,9 @@ def _cluster(
             "namespace": [_model(namespace, "V1Namespace")],
             "namespaced_daemon_set": [_model(daemonset, "V1DaemonSet")],
             "namespaced_pod": [_model(pod, "V1Pod")],
-            "namespaced_config_map": [_model(rendered[("ConfigMap", "proxy-config")], "V1ConfigMap")],
+            "namespaced_config_map": [
+                _model(o, "V1ConfigMap") for k, o in rendered.items() if k == ("ConfigMap", "proxy-config")
+            ],
             "service_cidr": [],
         }
     )
@@ -170,3 +176,99 @@ def test_without_the_deployment_neither_images_nor_pod_security_are_read() -> No
     cluster = _cluster(parse_settings(SETTINGS), images={"tinyproxy": "x:latest"}, namespace_labels=labels)
     kinds = {f.kind for f in check_cluster(settings, cluster)}
     assert kinds.isdisjoint({"image-mutable-tag", "pod-security-too-strict"}), kinds
+
+
+# --- how many requests check makes: the README's formula against the count of check_cluster's own requests ---------
+
+
+def _readme_formula() -> list[int]:
+    """The numbers of the README's request-count paragraph, in the order it states them."""
+    text = (ROOT / "README.md").read_text().split("<!-- request-count:", 1)[1].split("-->", 1)[1]
+    paragraph = " ".join(text.strip().split("\n\n", 1)[0].split())
+    pattern = (
+        r"It makes (\d+) requests \(a third where ServiceCIDRs cannot be listed\), (\d+) more for the in-cluster "
+        r"proxy \(.*?\), (\d+) `get` per namespace with a `proxy-config`, (\d+) per namespace with a `proxy-trust`, "
+        r"(\d+) discovery request per API group version of the injection \(.*?\) and (\d+) lists per judged "
+        r"namespace \((\d+) with Kyverno or `injection.admission`\), .*?: (\d+) for the proxy and one namespace, "
+        r"(\d+) for two\."
+    )
+    found = re.fullmatch(pattern, paragraph)
+    assert found, f"the README's request-count paragraph no longer reads as the test expects: {paragraph}"
+    return [int(n) for n in found.groups()]
+
+
+class _Discovery:
+    """Discovery of the injection's APIs: every resource is served."""
+
+    def get_api_resources(self, group: str, version: str) -> Any:
+        names = ["mutatingadmissionpolicies", "mutatingadmissionpolicybindings", "mutatingpolicies",
+                 "generatingpolicies", "clusterpolicies"]  # fmt: skip
+        return SimpleNamespace(resources=[SimpleNamespace(name=n) for n in names])
+
+
+def _counting(settings: Settings, *, service_cidrs: bool) -> Cluster:
+    """A cluster answering every request check makes (the proxy and its pod present, every named object absent
+    but the proxy's): what counts is the number of requests, not what they find."""
+    cluster = _cluster(settings) if settings.deployment.enabled else None
+    objects: dict[str, list[Any]] = cluster.clients["core"].objects if cluster is not None else {
+        "node": [_model({"metadata": {"name": "n1"}}, "V1Node")], "namespace": []
+    }  # fmt: skip
+    objects["service_cidr"] = (
+        [_model({"metadata": {"name": "kubernetes"}, "spec": {"cidrs": ["10.96.0.0/12"]}}, "V1ServiceCIDR")]
+        if service_cidrs
+        else []
+    )
+    api = FakeApi(objects)
+    clients = {"core": api, "apps": api, "batch": api, "networking": api, "discovery": _Discovery()}
+    return Cluster(clients=clients, server="https://127.0.0.1:6443")
+
+
+REQUEST_CASES: dict[str, dict[str, Any]] = {
+    "one namespace": SETTINGS,
+    "two namespaces": {**SETTINGS, "namespaces": ["default", "team-a"]},
+    "trust, admission and Kyverno": {
+        **SETTINGS,
+        "namespaces": ["default", "team-a", "team-b"],
+        "proxy": {"upstream": {"url": "http://192.0.2.10:3128", "trustedCa": make_ca().cert_pem}},
+        "injection": {"admission": True, "kyverno": True},
+    },
+    "credentials and the Kyverno ClusterPolicy": {
+        **SETTINGS,
+        "proxy": {"httpProxy": "http://user:secret@192.0.2.10:3128"},
+        "injection": {"kyverno": True, "kyvernoPolicy": "ClusterPolicy", "admission": True},
+    },
+    "no deployment": {**SETTINGS, "deployment": {"enabled": False}, "proxy": {"httpProxy": "http://192.0.2.10:3128"}},
+}
+
+
+@pytest.mark.parametrize("service_cidrs", [True, False], ids=["servicecidrs", "no-servicecidrs"])
+@pytest.mark.parametrize("case", sorted(REQUEST_CASES))
+def test_the_readmes_request_count_is_the_number_check_makes(case: str, service_cidrs: bool) -> None:
+    base, proxy, config, trust, discovery, lists, admitted_lists, one, two = _readme_formula()
+    settings = parse_settings(REQUEST_CASES[case])
+    cluster = _counting(settings, service_cidrs=service_cidrs)
+    check_cluster(settings, cluster)
+    injection = settings.injection
+    expected = (
+        base
+        + (0 if service_cidrs else 1)
+        + (proxy if settings.deployment.enabled else 0)
+        + config * len(settings.proxy_config_namespaces)
+        + trust * (len(trust_namespaces(settings)) if settings.trusted_ca else 0)
+        + discovery * len({api.group_version for api in injection_apis(settings)})
+        + (admitted_lists if injection.kyverno or injection.admission else lists) * len(workload_namespaces(settings))
+    )
+    assert cluster.requests == expected
+    if case in ("one namespace", "two namespaces") and service_cidrs:
+        assert cluster.requests == (one if case == "one namespace" else two)
+
+
+def test_the_readmes_cluster_role_row_names_every_rule_check_rbac_renders() -> None:
+    row = next(line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| ClusterRole |"))
+    for case in REQUEST_CASES.values():
+        (role,) = [o for o in rbac_objects(parse_settings(case)) if o["kind"] == "ClusterRole"]
+        for rule in role["rules"]:
+            for resource in rule["resources"]:
+                assert f"`{rule['verbs'][0]}` {resource}" in row, (rule, row)
+                for name in rule.get("resourceNames", []):
+                    assert f"`{resource}/{name}`" in row, (rule, row)

@@ -721,3 +721,12 @@ def test_a_bad_values_secret_is_named_by_what_it_holds_whatever_its_position() -
             check_values_secrets(parse_settings({"helmValuesSecrets": order}))
         (problem,) = refused.value.problems
         assert problem.startswith("helmValuesSecrets (profile nginx, namespace zeta).profile: 'nginx' is not a known")
+
+
+def test_the_tls_doc_names_exactly_the_profiles_that_carry_the_trust_group() -> None:
+    """docs/tls-inspecting-proxy.md said no profile carries the trust group; those with `trust_keys` do."""
+    doc = (Path(__file__).resolve().parents[2] / "docs/tls-inspecting-proxy.md").read_text()
+    bullet = " ".join(doc.split("\n- Helm: ", 1)[1].split("\n- ", 1)[0].split())
+    named = bullet.split("(", 1)[1].split(")", 1)[0]
+    assert sorted(n.strip(" `") for n in named.split(",")) == sorted(p for p in PROFILES if PROFILES[p].trust_keys)
+    assert "not wired into the profiles" not in bullet

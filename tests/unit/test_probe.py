@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from proxy_component.check import CHECK_NAME, CheckError, Cluster, accesses, probe_cluster, rbac_objects
+from proxy_component.check import CHECK_NAME, CheckError, Cluster, accesses, probe_cluster, rbac_objects, stalled
 from proxy_component.cli import main
 from proxy_component.probe import (
     PROBE_COMPONENT,
@@ -171,7 +171,9 @@ class _Api:
         return SimpleNamespace(
             metadata=SimpleNamespace(name=name, labels=labels, deletion_timestamp=None),
             spec=SimpleNamespace(node_name="node-a"),
-            status=SimpleNamespace(phase="Pending", container_statuses=[SimpleNamespace(state=state)]),
+            status=SimpleNamespace(
+                phase="Pending", conditions=None, container_statuses=[SimpleNamespace(name="probe", state=state)]
+            ),
         )
 
     def list_namespaced_pod(self, namespace: str, label_selector: str, **kwargs: Any) -> Any:
@@ -221,8 +223,108 @@ def test_a_probe_pod_that_cannot_pull_its_image_says_so_and_names_the_secrets(se
         else "if its registry needs credentials, name their Secret in deployment.imagePullSecrets and copy it into "
         "namespace proxy-component-probe"
     )
-    assert result.detail.endswith(
-        "(phase Pending); its image could not be pulled (ImagePullBackOff: Back-off pulling image "
-        f'"registry.corp.example/proxy:1.11.2-1"): {where}'
-    )
+    assert (
+        '(phase Pending; container probe ImagePullBackOff: Back-off pulling image "registry.corp.example/proxy:1.11.2-1"); '
+        f"its image could not be pulled: {where}; its events outlive it: kubectl -n proxy-component-probe get events"
+    ) in result.detail
     assert [ns for ns, _ in api.deleted] == [PROBE_NAMESPACE]
+
+
+# --- a probe pod that gave no result: what its last listing showed, and where to look next ------------------------
+
+
+def _probe_pod_status(phase: str, **status: Any) -> Any:
+    from kubernetes.client import V1ObjectMeta, V1Pod, V1PodStatus
+
+    return V1Pod(metadata=V1ObjectMeta(name="proxy-component-probe-x-0"), status=V1PodStatus(phase=phase, **status))
+
+
+EVENTS = "kubectl -n kube-system get events --field-selector involvedObject.name=proxy-component-probe-x-0"
+
+
+def test_a_pending_probe_pod_names_its_image_pull_and_its_events() -> None:
+    from kubernetes.client import V1ContainerState, V1ContainerStateWaiting, V1ContainerStatus
+
+    waiting = V1ContainerState(
+        waiting=V1ContainerStateWaiting(reason="ImagePullBackOff", message='Back-off pulling "x"')
+    )
+    pod = _probe_pod_status(
+        "Pending",
+        container_statuses=[V1ContainerStatus(name="probe", state=waiting, image="x", image_id="", ready=False,
+                                              restart_count=0)],
+    )  # fmt: skip
+    assert stalled("proxy-component-probe-x-0", "kube-system", "n1", 120, "Pending", pod) == (
+        "the probe pod proxy-component-probe-x-0 gave no complete result within 120 s (phase Pending; container "
+        'probe ImagePullBackOff: Back-off pulling "x"); a Pending pod waits for its image (deployment.image, pulled '
+        f"by node n1 from its registry) or for room on the node; its events outlive it: {EVENTS}"
+    )
+
+
+def test_an_unscheduled_probe_pod_says_why() -> None:
+    from kubernetes.client import V1PodCondition
+
+    pod = _probe_pod_status(
+        "Pending",
+        conditions=[V1PodCondition(type="PodScheduled", status="False", reason="Unschedulable",
+                                   message="0/1 nodes are available: 1 Insufficient memory.")],
+    )  # fmt: skip
+    detail = stalled("proxy-component-probe-x-0", "kube-system", "n1", 120, "Pending", pod)
+    assert "(phase Pending; not scheduled: Unschedulable: 0/1 nodes are available: 1 Insufficient memory.)" in detail
+    assert detail.endswith(EVENTS)
+
+
+@pytest.mark.parametrize(("phase", "pod"), [("Running", _probe_pod_status("Running")), ("Pending", None)])
+def test_a_running_or_unlisted_probe_pod_says_what_to_do(phase: str, pod: Any) -> None:
+    detail = stalled("proxy-component-probe-x-0", "kube-system", "n1", 15, phase, pod)
+    assert detail.startswith(
+        f"the probe pod proxy-component-probe-x-0 gave no complete result within 15 s (phase {phase})"
+    )
+    assert ("had not finished its URLs (raise --probe-deadline)" in detail) == (phase == "Running")
+    assert detail.endswith(EVENTS)
+
+
+def test_probe_cluster_reports_a_stalled_pod_with_its_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through probe_cluster: a pod still pulling its image when the deadline passes (the wait is cut short)."""
+    from types import SimpleNamespace
+
+    from kubernetes.client import V1ContainerState, V1ContainerStateWaiting, V1ContainerStatus
+
+    from proxy_component import check
+
+    class Core:
+        def __init__(self) -> None:
+            self.pods: dict[str, Any] = {"http-proxy-a": SimpleNamespace(
+                metadata=SimpleNamespace(name="http-proxy-a", labels={"app": "http-proxy"}, deletion_timestamp=None),
+                spec=SimpleNamespace(node_name="n1"), status=SimpleNamespace(phase="Running"))}  # fmt: skip
+
+        def list_namespaced_pod(self, namespace: str, label_selector: str = "", **_: Any) -> Any:
+            key, value = label_selector.split("=", 1)
+            items = [p for p in self.pods.values() if p.metadata.labels.get(key) == value]
+            return SimpleNamespace(items=items, metadata=SimpleNamespace(_continue=None))
+
+        def create_namespaced_pod(self, namespace: str, body: dict[str, Any]) -> Any:
+            waiting = V1ContainerState(waiting=V1ContainerStateWaiting(reason="ErrImagePull", message="not found"))
+            pod = _probe_pod_status("Pending", container_statuses=[
+                V1ContainerStatus(name="probe", state=waiting, image="x", image_id="", ready=False, restart_count=0)])  # fmt: skip
+            pod.metadata.name, pod.metadata.labels = body["metadata"]["name"], body["metadata"]["labels"]
+            self.pods[pod.metadata.name] = pod
+            return pod
+
+        def delete_namespaced_pod(self, name: str, namespace: str, grace_period_seconds: int) -> None:
+            self.pods.pop(name, None)
+
+    def cut_short(condition: Any, deadline: float, interval: float = 1.0) -> bool:
+        return bool(condition())
+
+    monkeypatch.setattr(check, "wait_until", cut_short)
+    core = Core()
+    results = check.probe_cluster(parse_settings(BASE), check.Cluster({"core": core}, server="https://api.test"),
+                                  ["http://a.example/"], wait=1, deadline=6)  # fmt: skip
+    ((result),) = results
+    assert result.outcome == "timeout"
+    assert "(phase Pending; container probe ErrImagePull: not found)" in result.detail
+    assert (
+        "kubectl -n proxy-component-probe get events --field-selector involvedObject.name=proxy-component-probe-"
+        in result.detail
+    )
+    assert list(core.pods) == ["http-proxy-a"], "the probe pod is deleted"
