@@ -989,9 +989,9 @@ def probe_cluster(
                 log = cluster.request(Access(POD_LOGS, PROBE_NAMESPACE), name, PROBE_NAMESPACE, container="probe")
                 transcripts = parse_transcript(str(log), len(targets))
             if transcripts is None:
-                pod = seen.get(name)
-                pull = _pull_hint(settings) if pod is not None and _image_pull_failure(pod) else None
-                detail = stalled(name, PROBE_NAMESPACE, node, deadline, phase, pod, pull)
+                listed = seen.get(name)
+                pull = _pull_hint(settings) if listed is not None and _image_pull_failure(listed) else None
+                detail = stalled(name, PROBE_NAMESPACE, node, deadline, phase, listed, pull)
                 results += [ProbeResult(node, t.url, "timeout", detail) for t in targets]
                 continue
             proxy_log = _proxy_log(cluster, settings, proxies, node, deadline)
