@@ -4,6 +4,7 @@ Run from the repository root (it starts and stops its own cluster with scripts/c
 
     .venv/bin/python bench/bench_check.py                       # 100/400 and 500/2000 nodes/workloads
     .venv/bin/python bench/bench_check.py --sizes 500:2000      # one size
+    .venv/bin/python bench/bench_check.py --profile             # also cProfile one more run per size (stderr)
 
 For each size it reports check's wall time (median of 3) and the number of API requests it made. The
 request count must grow only with pages of 500 objects (and listed namespaces), never per object.
@@ -12,8 +13,11 @@ request count must grow only with pages of 500 objects (and listed namespaces), 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import json
 import os
+import pstats
 import statistics
 import subprocess
 import sys
@@ -30,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 from proxy_component.check import check_cluster, connect  # noqa: E402
 from proxy_component.cli import dump  # noqa: E402
 from proxy_component.render import manifests  # noqa: E402
-from proxy_component.settings import parse_settings  # noqa: E402
+from proxy_component.settings import Settings, parse_settings  # noqa: E402
 
 SETTINGS = {
     "cluster": {
@@ -76,7 +80,19 @@ def _workloads(count: int) -> str:
     return yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items})
 
 
-def measure(nodes: int, workloads: int, env: dict[str, str]) -> dict[str, Any]:
+def _profile(settings: Settings, kubeconfig: str, top: int = 25) -> str:
+    """One more check run under cProfile: the functions with the most cumulative and own time."""
+    cluster = connect(kubeconfig)
+    profiler = cProfile.Profile()
+    profiler.runcall(check_cluster, settings, cluster)
+    out = io.StringIO()
+    stats = pstats.Stats(profiler, stream=out)
+    stats.sort_stats("cumulative").print_stats(top)
+    stats.sort_stats("tottime").print_stats(top)
+    return out.getvalue()
+
+
+def measure(nodes: int, workloads: int, env: dict[str, str], profile: bool = False) -> dict[str, Any]:
     up = subprocess.run(["bash", str(ROOT / "scripts/cluster"), "up", str(nodes)], capture_output=True, text=True,
                         env=env, timeout=3000)  # fmt: skip
     if up.returncode != 0:
@@ -97,6 +113,9 @@ def measure(nodes: int, workloads: int, env: dict[str, str]) -> dict[str, Any]:
             times.append(time.perf_counter() - t0)
             requests.append(cluster.requests)
             findings = len(result)
+        if profile:
+            print(f"bench_check: cProfile of one check run at {nodes}:{workloads}", file=sys.stderr)
+            print(_profile(settings, kubeconfig), file=sys.stderr)
         return {
             "nodes": nodes,
             "workloads": workloads,
@@ -111,6 +130,7 @@ def measure(nodes: int, workloads: int, env: dict[str, str]) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs="+", default=["100:400", "500:2000"], help="NODES:WORKLOADS pairs")
+    parser.add_argument("--profile", action="store_true", help="also cProfile one more check run per size (stderr)")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="pc-bench-") as tmp:
@@ -118,7 +138,7 @@ def main() -> None:
         for size in args.sizes:
             nodes, workloads = (int(x) for x in size.split(":"))
             print(f"bench_check: {nodes} nodes, {workloads} workloads ...", file=sys.stderr)
-            rows.append(measure(nodes, workloads, env))
+            rows.append(measure(nodes, workloads, env, args.profile))
     print(json.dumps(rows, indent=2))
 
 

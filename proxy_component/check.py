@@ -20,12 +20,14 @@ limit every `get`: it never lists Secrets).
 from __future__ import annotations
 
 import base64
+import gc
 import ipaddress
 import json
 import os
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 from urllib.parse import unquote, urlsplit
@@ -318,12 +320,29 @@ class Cluster:
         return method(*args, **kwargs)
 
     def list(self, access: Access, **selectors: str) -> Iterator[Any]:
-        """Every item of a list call, page by page."""
+        """Every item of a list call, page by page, as the client's models (the probe's few pods)."""
         token: str | None = None
         while True:
             page = self._call(access, limit=PAGE, **({"_continue": token} if token else {}), **selectors)
             yield from page.items
             token = page.metadata._continue
+            if not token:
+                return
+
+    def _json(self, access: Access, **kwargs: Any) -> Obj:
+        """One call's response as the API server's JSON, parsed by the stdlib: the client's models cost several
+        times the parse per object (its deserializer builds and validates every nested field)."""
+        data = self._call(access, _preload_content=False, **kwargs).data
+        with _gc_paused():
+            return dict(json.loads(data))
+
+    def list_json(self, access: Access, **selectors: str) -> Iterator[Obj]:
+        """Every item of a list call, page by page, as the API server's JSON (camelCase keys, absent fields absent)."""
+        token: str | None = None
+        while True:
+            page = self._json(access, limit=PAGE, **({"_continue": token} if token else {}), **selectors)
+            yield from page.get("items") or []
+            token = (page.get("metadata") or {}).get("continue")
             if not token:
                 return
 
@@ -343,14 +362,28 @@ class Cluster:
             raise
         return {str(r.name) for r in found.resources or []}
 
-    def get(self, access: Access) -> Any | None:
-        """The named object, or None where it does not exist."""
+    def get_json(self, access: Access) -> Obj | None:
+        """The named object as the API server's JSON, or None where it does not exist."""
         try:
-            return self._call(access)
+            return self._json(access)
         except Exception as exc:
             if getattr(exc, "status", None) == 404:
                 return None
             raise
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector paused, as while parsing a page: its objects are new dicts and lists without
+    cycles, and the collections their allocation triggers rescan every object alive (a page of pods is some
+    100,000), which took three times as long as the parse itself."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 _NO_KUBECONFIG = (
@@ -415,7 +448,7 @@ def _within(net: Net, nets: Sequence[Net]) -> bool:
 def check_cluster(settings: Settings, cluster: Cluster) -> list[Finding]:
     """Every finding, in a stable order: network coverage, the proxy itself, `proxy-config`, workloads."""
     try:
-        nodes = list(cluster.list(Access(NODES)))
+        nodes = list(cluster.list_json(Access(NODES)))
         no_proxy = list(settings.no_proxy().networks())
         return [
             *_nodes(settings, nodes, no_proxy),
@@ -484,21 +517,21 @@ def _explain(exc: Exception, cluster: Cluster) -> CheckError | None:
     return None
 
 
-def _internal_ips(node: Any) -> list[str]:
+def _internal_ips(node: Obj) -> list[str]:
     """A node's InternalIPs: where its host-network pods' connections come from, and what pods reach it by.
 
     ExternalIPs are not judged: a cloud's public or NAT address is neither, and adding it to `Allow` would open
     the proxy to it.
     """
-    addresses = (node.status.addresses if node.status else None) or []
-    return [a.address for a in addresses if a.type == "InternalIP"]
+    addresses = (node.get("status") or {}).get("addresses") or []
+    return [a["address"] for a in addresses if a.get("type") == "InternalIP"]
 
 
-def _nodes(settings: Settings, nodes: list[Any], no_proxy: list[Net]) -> Iterator[Finding]:
+def _nodes(settings: Settings, nodes: list[Obj], no_proxy: list[Net]) -> Iterator[Finding]:
     allow = [n for n in map(_network, settings.allowed_sources()) if n is not None]
     checks_allow = settings.deployment.enabled
     for node in nodes:
-        name = f"Node {node.metadata.name}"
+        name = f"Node {node['metadata']['name']}"
         for address in _internal_ips(node):
             net = _network(address)
             if net is None:
@@ -515,8 +548,8 @@ def _nodes(settings: Settings, nodes: list[Any], no_proxy: list[Net]) -> Iterato
                     f"address {address} is not covered by NO_PROXY: clients send requests to it through the "
                     "proxy (add its range to cluster.nodeCidrs)",
                 )  # fmt: skip
-        spec = node.spec
-        for cidr in (spec.pod_cidrs or ([spec.pod_cidr] if spec.pod_cidr else [])) if spec else []:
+        spec = node.get("spec") or {}
+        for cidr in spec.get("podCIDRs") or ([spec["podCIDR"]] if spec.get("podCIDR") else []):
             net = _network(cidr)
             if net is None:
                 continue
@@ -584,15 +617,15 @@ def _service_range(cluster: Cluster, no_proxy: list[Net]) -> Iterator[Finding]:
     ranges: list[tuple[str, str]] = []
     try:
         if cluster.supports(SERVICE_CIDRS):  # a kubernetes client older than ServiceCIDRs' v1 does not
-            for item in cluster.list(Access(SERVICE_CIDRS)):
-                ranges += [(f"ServiceCIDR {item.metadata.name}", c) for c in item.spec.cidrs or []]
+            for item in cluster.list_json(Access(SERVICE_CIDRS)):
+                ranges += [(f"ServiceCIDR {item['metadata']['name']}", c) for c in item["spec"].get("cidrs") or []]
     except Exception as exc:
         if getattr(exc, "status", None) not in (403, 404):
             raise  # 404: a server before Kubernetes 1.33; 403: an identity that may not list them
     if not ranges:
-        service = cluster.get(Access(SERVICES, *KUBERNETES_SERVICE))
+        service = cluster.get_json(Access(SERVICES, *KUBERNETES_SERVICE))
         if service is not None:
-            ips = service.spec.cluster_ips or [service.spec.cluster_ip]
+            ips = service["spec"].get("clusterIPs") or [service["spec"].get("clusterIP")]
             ranges += [("Service default/kubernetes", ip) for ip in ips if ip and ip != "None"]
     for name, cidr in ranges:
         net = _network(cidr)
@@ -609,19 +642,19 @@ def _service_range(cluster: Cluster, no_proxy: list[Net]) -> Iterator[Finding]:
 NO_DAEMONSET_TAINT = "virtual-kubelet.io/provider"
 
 
-def runs_daemonsets(node: Any) -> bool:
+def runs_daemonsets(node: Obj) -> bool:
     """False for a node that never runs DaemonSet pods (virtual-kubelet, EKS Fargate): the proxy cannot be there."""
-    labels = node.metadata.labels or {}
+    labels = node["metadata"].get("labels") or {}
     if any(labels.get(key) == value for key, value in NO_DAEMONSET_LABELS.items()):
         return False
-    taints = (node.spec.taints if node.spec else None) or []
-    return not any(t.key == NO_DAEMONSET_TAINT for t in taints)
+    taints = (node.get("spec") or {}).get("taints") or []
+    return not any(t.get("key") == NO_DAEMONSET_TAINT for t in taints)
 
 
-def _eligible(settings: Settings, node: Any) -> bool:
+def _eligible(settings: Settings, node: Obj) -> bool:
     """A node the proxy should run on: Linux, running DaemonSets, not control-plane unless asked, and selected by
     the settings' nodeSelector, required node affinity and tolerations (as the DaemonSet controller decides)."""
-    labels = node.metadata.labels or {}
+    labels = node["metadata"].get("labels") or {}
     if labels.get("kubernetes.io/os", "linux") != "linux" or not runs_daemonsets(node):
         return False
     if not settings.deployment.control_plane and CONTROL_PLANE_LABEL in labels:
@@ -632,7 +665,7 @@ def _eligible(settings: Settings, node: Any) -> bool:
     terms = d.required_node_terms
     if terms and not any(all(_matches(r, labels) for r in term.match_expressions) for term in terms):
         return False
-    taints = (node.spec.taints if node.spec else None) or []
+    taints = (node.get("spec") or {}).get("taints") or []
     return d.tolerate_all_taints or all(_tolerated(settings, t) for t in taints)
 
 
@@ -663,28 +696,29 @@ DAEMONSET_TOLERATED = {
 }
 
 
-def _tolerated(settings: Settings, taint: Any) -> bool:
+def _tolerated(settings: Settings, taint: Obj) -> bool:
     """Whether the proxy's pods may run on a node with this taint: PreferNoSchedule never keeps them off."""
-    if taint.effect == "PreferNoSchedule" or DAEMONSET_TOLERATED.get(taint.key) == taint.effect:
+    key, value, effect = taint["key"], taint.get("value"), taint.get("effect")
+    if effect == "PreferNoSchedule" or DAEMONSET_TOLERATED.get(key) == effect:
         return True
     for t in settings.deployment.tolerations:
-        if t.effect is not None and t.effect != taint.effect:
+        if t.effect is not None and t.effect != effect:
             continue
-        if t.key is None or (t.key == taint.key and (t.operator == "Exists" or (t.value or "") == (taint.value or ""))):
+        if t.key is None or (t.key == key and (t.operator == "Exists" or (t.value or "") == (value or ""))):
             return True
     return False
 
 
-def _ready(pod: Any) -> bool:
-    conditions = (pod.status.conditions if pod.status else None) or []
-    return any(c.type == "Ready" and c.status == "True" for c in conditions)
+def _ready(pod: Obj) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
 def _shown(names: Sequence[str], limit: int = 10) -> str:
     return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
-def _proxy(settings: Settings, cluster: Cluster, all_nodes: list[Any]) -> Iterator[Finding]:
+def _proxy(settings: Settings, cluster: Cluster, all_nodes: list[Obj]) -> Iterator[Finding]:
     """The DaemonSet, and a ready proxy pod on every eligible node (judged from the pods: nodes that run no
     DaemonSets still count in the DaemonSet's own status when it tolerates them)."""
     d = settings.deployment
@@ -692,23 +726,28 @@ def _proxy(settings: Settings, cluster: Cluster, all_nodes: list[Any]) -> Iterat
         return
     name = f"DaemonSet {d.namespace}/{d.service_name}"
     yield from _pod_security(settings, cluster)
-    daemonset = cluster.get(Access(DAEMON_SET, d.namespace, d.service_name))
+    daemonset = cluster.get_json(Access(DAEMON_SET, d.namespace, d.service_name))
     if daemonset is None:
         yield Finding("proxy-missing", name, "error", "the proxy DaemonSet does not exist: pods have no proxy")
         return
-    template = daemonset.spec.template.spec
-    for container in [*(template.init_containers or []), *(template.containers or [])]:
-        if image_is_mutable(container.image):
+    template = daemonset["spec"]["template"]["spec"]
+    for container in [*(template.get("initContainers") or []), *(template.get("containers") or [])]:
+        if image_is_mutable(container.get("image")):
             yield Finding(
                 "image-mutable-tag", name, "warning",
-                f"container {container.name}: image {container.image!r} has no digest and no versioned tag, so "
+                f"container {container['name']}: image {container.get('image')!r} has no digest and no versioned tag, so "
                 "nodes may run different builds of it (set a versioned tag and pin its digest, "
                 "e.g. name:1.2.3@sha256:...)",
             )  # fmt: skip
-    pods = list(cluster.list(Access(PODS, d.namespace), label_selector=f"{APP_LABEL}={d.service_name}"))
-    placed = {p.spec.node_name for p in pods if p.spec and p.spec.node_name}
-    ready = {p.spec.node_name for p in pods if p.spec and p.spec.node_name and _ready(p)}
-    nodes = sorted(n.metadata.name for n in all_nodes if _eligible(settings, n))
+    placed: set[str] = set()
+    ready: set[str] = set()
+    for pod in cluster.list_json(Access(PODS, d.namespace), label_selector=f"{APP_LABEL}={d.service_name}"):
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node:
+            placed.add(node)
+            if _ready(pod):
+                ready.add(node)
+    nodes = sorted(n["metadata"]["name"] for n in all_nodes if _eligible(settings, n))
     not_ready = [n for n in nodes if n in placed and n not in ready]
     missing = [n for n in nodes if n not in placed]
     if not_ready:
@@ -729,8 +768,8 @@ def _pod_security(settings: Settings, cluster: Cluster) -> Iterator[Finding]:
     """The proxy's namespace enforcing a Pod Security level that refuses its pods (the label only, not the
     cluster-wide default of the admission configuration, which the API does not show)."""
     namespace = settings.deployment.namespace
-    ns = cluster.get(Access(NAMESPACES, None, namespace))
-    level = ((ns.metadata.labels if ns is not None else None) or {}).get(POD_SECURITY_ENFORCE, "")
+    ns = cluster.get_json(Access(NAMESPACES, None, namespace))
+    level = ((ns["metadata"].get("labels") if ns is not None else None) or {}).get(POD_SECURITY_ENFORCE, "")
     if level in STRICTER_POD_SECURITY:
         yield Finding(
             "pod-security-too-strict", f"Namespace {namespace}", "warning",
@@ -740,10 +779,10 @@ def _pod_security(settings: Settings, cluster: Cluster) -> Iterator[Finding]:
         )  # fmt: skip
 
 
-def _data(obj: Any, secret: bool) -> dict[str, str]:
+def _data(obj: Obj, secret: bool) -> dict[str, str]:
     if secret:
-        return {k: base64.b64decode(v).decode(errors="replace") for k, v in (obj.data or {}).items()}
-    return dict(obj.data or {})
+        return {k: base64.b64decode(v).decode(errors="replace") for k, v in (obj.get("data") or {}).items()}
+    return dict(obj.get("data") or {})
 
 
 def _proxy_configs(settings: Settings, cluster: Cluster) -> Iterator[Finding]:
@@ -755,7 +794,7 @@ def _proxy_configs(settings: Settings, cluster: Cluster) -> Iterator[Finding]:
         wanted = proxy_config_object(settings, ns, values)
         expected = wanted.get("stringData") or wanted.get("data") or {}
         name = f"{kind} {ns}/{CONFIG_NAME}"
-        live = cluster.get(Access(api, ns, CONFIG_NAME))
+        live = cluster.get_json(Access(api, ns, CONFIG_NAME))
         if live is None:
             yield Finding("proxy-config-missing", name, "error", "missing: workloads that read it get no proxy env")
             continue
@@ -774,14 +813,14 @@ def _trust_bundles(settings: Settings, cluster: Cluster) -> Iterator[Finding]:
     for ns in trust_namespaces(settings):
         wanted = trust_bundle_object(settings, ns)
         name = f"ConfigMap {ns}/{BUNDLE_NAME}"
-        live = cluster.get(Access(CONFIG_MAPS, ns, BUNDLE_NAME))
+        live = cluster.get_json(Access(CONFIG_MAPS, ns, BUNDLE_NAME))
         if live is None:
             yield Finding(
                 "proxy-trust-missing", name, "error",
                 "missing: Pods given the trust group mount it and do not start without it",
             )  # fmt: skip
             continue
-        data = {**(live.data or {}), **(live.binary_data or {})}
+        data = {**(live.get("data") or {}), **(live.get("binaryData") or {})}
         expected = {**wanted.get("data", {}), **wanted.get("binaryData", {})}
         differing = sorted(k for k in set(expected) | set(data) if expected.get(k) != data.get(k))
         if differing:
@@ -806,12 +845,12 @@ class NoProxyTokens:
         return cls(python, frozenset(no_proxy.tokens()) - set(python))
 
 
-def _pod_template(kind: str, obj: Any) -> Any:
+def _pod_template(kind: str, obj: Obj) -> Obj:
     if kind == "Pod":
         return obj
     if kind == "CronJob":
-        return obj.spec.job_template.spec.template
-    return obj.spec.template
+        return dict(obj["spec"]["jobTemplate"]["spec"]["template"])
+    return dict(obj["spec"]["template"])
 
 
 def _workloads(settings: Settings, cluster: Cluster) -> Iterator[Finding]:
@@ -822,47 +861,45 @@ def _workloads(settings: Settings, cluster: Cluster) -> Iterator[Finding]:
     opt_out = settings.injection.opt_out_annotation
     for ns in workload_namespaces(settings):
         for kind, api in _workload_apis(settings):
-            for obj in cluster.list(Access(api, ns)):
-                if kind == "Job" and obj.metadata.owner_references:
+            for obj in cluster.list_json(Access(api, ns)):
+                meta = obj["metadata"]
+                if kind == "Job" and meta.get("ownerReferences"):
                     continue  # a CronJob's Job: the CronJob is reported
-                phase = obj.status.phase if kind == "Pod" and obj.status else None
-                if kind == "Pod" and (obj.metadata.deletion_timestamp or phase in ("Succeeded", "Failed")):
+                phase = (obj.get("status") or {}).get("phase") if kind == "Pod" else None
+                if kind == "Pod" and (meta.get("deletionTimestamp") or phase in ("Succeeded", "Failed")):
                     continue  # it runs nothing any more
                 template = _pod_template(kind, obj)
-                annotations = {**(obj.metadata.annotations or {}), **(template.metadata.annotations or {})}
+                template_annotations = (template.get("metadata") or {}).get("annotations")
+                annotations = {**(meta.get("annotations") or {}), **(template_annotations or {})}
                 if annotations.get(opt_out) == "false":
                     continue
-                name = f"{kind} {ns}/{obj.metadata.name}"
+                name = f"{kind} {ns}/{meta['name']}"
                 try:
                     selection = settings.runtimes.select(ns, annotations)
                 except ValueError as exc:
                     yield Finding("workload-runtimes", name, "warning", f"{exc}: treated as no runtime")
                     selection = frozenset()
                 expected = dict(env_pairs(values.select(selection)))
-                spec = template.spec
+                spec = template["spec"]
                 containers = [
-                    *(spec.init_containers or []),
-                    *(spec.containers or []),
-                    *(getattr(spec, "ephemeral_containers", None) or []),
+                    *(spec.get("initContainers") or []),
+                    *(spec.get("containers") or []),
+                    *(spec.get("ephemeralContainers") or []),
                 ]
                 for container in containers:
                     problem = _container_problem(_as_dict(container), expected, ours, tokens)
                     if problem:
-                        yield Finding("workload-env", name, "warning", f"container {container.name}: {problem}")
+                        yield Finding("workload-env", name, "warning", f"container {container['name']}: {problem}")
 
 
-def _as_dict(container: Any) -> dict[str, Any]:
-    """The parts of a client-library container that the injection decision reads, as the API writes them."""
-    env_from = []
-    for source in container.env_from or []:
-        entry: dict[str, Any] = {}
-        if source.config_map_ref is not None:
-            entry["configMapRef"] = {"name": source.config_map_ref.name}
-        if source.secret_ref is not None:
-            entry["secretRef"] = {"name": source.secret_ref.name}
-        env_from.append(entry)
-    env = [{"name": e.name, "value": e.value, "literal": e.value_from is None} for e in container.env or []]
-    return {"env": env, "envFrom": env_from}
+def _as_dict(container: Obj) -> dict[str, Any]:
+    """The parts of a live container that the injection decision reads: its envFrom as the API writes it, and
+    each env variable's value and whether it is a literal (no valueFrom)."""
+    env = [
+        {"name": e["name"], "value": e.get("value"), "literal": e.get("valueFrom") is None}
+        for e in container.get("env") or []
+    ]
+    return {"env": env, "envFrom": container.get("envFrom") or []}
 
 
 def _container_problem(

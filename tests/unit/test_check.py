@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 import yaml
-from kubernetes.client import V1Node, V1NodeAddress, V1NodeSpec, V1NodeStatus, V1ObjectMeta, V1Taint
 
 from proxy_component import check
 from proxy_component.check import CHECK_NAME, _eligible, _nodes, accesses, rbac_objects, runs_daemonsets, scrub
@@ -17,6 +16,7 @@ from proxy_component.settings import Settings, parse_settings
 from tests.conftest import ROOT
 
 EXAMPLE = ROOT / "examples/ipv6-only/proxy.yaml"
+Obj = dict[str, Any]
 BASE: dict[str, Any] = {"cluster": {"podCidrs": ["10.0.0.0/16"], "nodeCidrs": ["192.0.2.0/24"]}, "namespaces": ["default", "team-a"]}  # fmt: skip
 CREDENTIALS = {"proxy": {"httpProxy": "http://user:pw@proxy.corp.example:3128"}}
 KYVERNO = {"injection": {"kyverno": True}}
@@ -125,12 +125,13 @@ def test_render_check_rbac(capsys: pytest.CaptureFixture[str], tmp_path: Path) -
     ]
 
 
-def _node(name: str, labels: dict[str, str] | None = None, taint: str | None = None, **addresses: str) -> V1Node:
-    return V1Node(
-        metadata=V1ObjectMeta(name=name, labels={"kubernetes.io/os": "linux", **(labels or {})}),
-        spec=V1NodeSpec(taints=[V1Taint(key=taint, effect="NoSchedule")] if taint else None),
-        status=V1NodeStatus(addresses=[V1NodeAddress(address=a, type=t) for t, a in addresses.items()]),
-    )
+def _node(name: str, labels: dict[str, str] | None = None, taint: str | None = None, **addresses: str) -> Obj:
+    """A Node as the API server's JSON (check reads the raw response)."""
+    return {
+        "metadata": {"name": name, "labels": {"kubernetes.io/os": "linux", **(labels or {})}},
+        "spec": {"taints": [{"key": taint, "effect": "NoSchedule"}]} if taint else {},
+        "status": {"addresses": [{"address": a, "type": t} for t, a in addresses.items()]},
+    }
 
 
 @pytest.mark.parametrize(
@@ -143,9 +144,9 @@ def _node(name: str, labels: dict[str, str] | None = None, taint: str | None = N
         (_node("ec2", {"eks.amazonaws.com/compute-type": "ec2"}), True),
         (_node("tainted", taint="dedicated"), True),  # the DaemonSet tolerates every taint
     ],
-    ids=lambda v: str(getattr(getattr(v, "metadata", None), "name", v)),
+    ids=lambda v: str(v["metadata"]["name"] if isinstance(v, dict) else v),
 )
-def test_nodes_that_never_run_daemonsets(node: V1Node, runs: bool) -> None:
+def test_nodes_that_never_run_daemonsets(node: Obj, runs: bool) -> None:
     settings = parse_settings(BASE)
     assert runs_daemonsets(node) is runs
     assert _eligible(settings, node) is runs

@@ -1,21 +1,19 @@
-"""`check` against a fake API serving real kubernetes-client models: the proxy's images and its Pod Security level.
+"""`check` against a fake API serving the API server's JSON: the proxy's images and its Pod Security level.
 
 The fake answers each call `check` makes from the objects given for its kind: a `read_...` by name (and
-namespace) or a 404, a `list_...` in one page, honouring the namespace and an `app=` label selector; the
-objects are the rendered ones, turned into the client's models by the client's own deserializer, so `check`
-reads the attributes it reads live.
+namespace) or a 404, a `list_...` in one page, honouring the namespace and an `app=` label selector. `check`
+asks the client for the raw response (`_preload_content=False`) and parses its JSON, so the fake answers with
+the JSON bytes of the objects (the rendered ones, as the API server sends them back).
 """
 
 from __future__ import annotations
 
-import inspect
 import json
 import re
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from proxy_component.check import Cluster, Finding, check_cluster, injection_apis, rbac_objects, workload_namespaces
@@ -29,22 +27,17 @@ SETTINGS = {
     "cluster": {"podCidrs": ["10.244.0.0/16"], "serviceCidrs": ["10.96.0.0/12"], "nodeCidrs": ["192.0.2.0/24"]},
     "namespaces": ["default"],
 }
-_API = ApiClient()
 
 
-def _model(obj: dict[str, Any], kind: str) -> Any:
-    """The client's model for a JSON object, by its own deserializer (whose signature differs between client versions)."""
-    text = json.dumps(obj)
-    deserialize: Any = _API.deserialize
-    if "content_type" in inspect.signature(deserialize).parameters:
-        return deserialize(text, kind, "application/json")
-    return deserialize(SimpleNamespace(data=text), kind)
+def _raw(body: dict[str, Any]) -> Any:
+    """What the client returns for `_preload_content=False`: the HTTP response, whose `data` is the body's bytes."""
+    return SimpleNamespace(data=json.dumps(body).encode())
 
 
 class FakeApi:
     """Every API group at once, answering from the objects given per kind (the method's name without its verb)."""
 
-    def __init__(self, objects: dict[str, list[Any]]) -> None:
+    def __init__(self, objects: dict[str, list[dict[str, Any]]]) -> None:
         self.objects = objects
 
     def __getattr__(self, call: str) -> Any:
@@ -52,27 +45,28 @@ class FakeApi:
         if verb not in ("read", "list"):
             raise AttributeError(call)
 
-        def answer(*args: Any, **kwargs: Any) -> Any:
+        def answer(*args: Any, _preload_content: bool = True, **kwargs: Any) -> Any:
+            assert _preload_content is False, f"{call}: check reads the raw JSON, not the client's models"
             if verb == "read":
                 name, namespace = args[0], (args[1] if len(args) > 1 else None)
                 for obj in self.objects.get(kind, []):
-                    if obj.metadata.name == name and obj.metadata.namespace == namespace:
-                        return obj
+                    if obj["metadata"]["name"] == name and obj["metadata"].get("namespace") == namespace:
+                        return _raw(obj)
                 raise ApiException(status=404, reason="Not Found")
             namespace = args[0] if args else None
             items = [o for o in self.objects.get(kind, []) if _selected(o, namespace, kwargs)]
-            return SimpleNamespace(items=items, metadata=SimpleNamespace(_continue=None))
+            return _raw({"metadata": {}, "items": items})
 
         return answer
 
 
-def _selected(obj: Any, namespace: str | None, kwargs: dict[str, Any]) -> bool:
-    meta = obj.metadata
-    if namespace is not None and meta.namespace != namespace:
+def _selected(obj: dict[str, Any], namespace: str | None, kwargs: dict[str, Any]) -> bool:
+    meta = obj["metadata"]
+    if namespace is not None and meta.get("namespace") != namespace:
         return False
     label = kwargs.get("label_selector", "")
     if label.startswith("app="):
-        return bool((meta.labels or {}).get("app") == label.removeprefix("app="))
+        return bool((meta.get("labels") or {}).get("app") == label.removeprefix("app="))
     return True
 
 
@@ -104,13 +98,11 @@ def _cluster(
     namespace = {"metadata": {"name": "kube-system", "labels": namespace_labels or {}}}
     api = FakeApi(
         {
-            "node": [_model(node, "V1Node")],
-            "namespace": [_model(namespace, "V1Namespace")],
-            "namespaced_daemon_set": [_model(daemonset, "V1DaemonSet")],
-            "namespaced_pod": [_model(pod, "V1Pod")],
-            "namespaced_config_map": [
-                _model(o, "V1ConfigMap") for k, o in rendered.items() if k == ("ConfigMap", "proxy-config")
-            ],
+            "node": [node],
+            "namespace": [namespace],
+            "namespaced_daemon_set": [daemonset],
+            "namespaced_pod": [pod],
+            "namespaced_config_map": [o for k, o in rendered.items() if k == ("ConfigMap", "proxy-config")],
             "service_cidr": [],
         }
     )
@@ -211,12 +203,10 @@ def _counting(settings: Settings, *, service_cidrs: bool) -> Cluster:
     but the proxy's): what counts is the number of requests, not what they find."""
     cluster = _cluster(settings) if settings.deployment.enabled else None
     objects: dict[str, list[Any]] = cluster.clients["core"].objects if cluster is not None else {
-        "node": [_model({"metadata": {"name": "n1"}}, "V1Node")], "namespace": []
+        "node": [{"metadata": {"name": "n1"}}], "namespace": []
     }  # fmt: skip
     objects["service_cidr"] = (
-        [_model({"metadata": {"name": "kubernetes"}, "spec": {"cidrs": ["10.96.0.0/12"]}}, "V1ServiceCIDR")]
-        if service_cidrs
-        else []
+        [{"metadata": {"name": "kubernetes"}, "spec": {"cidrs": ["10.96.0.0/12"]}}] if service_cidrs else []
     )
     api = FakeApi(objects)
     clients = {"core": api, "apps": api, "batch": api, "networking": api, "discovery": _Discovery()}

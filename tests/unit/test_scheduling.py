@@ -8,7 +8,6 @@ import random
 from typing import Any
 
 import pytest
-from kubernetes.client import V1Node, V1NodeSpec, V1ObjectMeta, V1Taint
 
 from proxy_component.check import _eligible, _matches
 from proxy_component.layers import Layer, merge_layers
@@ -188,11 +187,10 @@ def test_layers_merge_node_selectors_by_key_and_concatenate_tolerations_and_pull
     ]
 
 
-def _node(labels: dict[str, str], *taints: tuple[str, str, str]) -> V1Node:
-    return V1Node(
-        metadata=V1ObjectMeta(name="n", labels={"kubernetes.io/os": "linux", **labels}),
-        spec=V1NodeSpec(taints=[V1Taint(key=k, value=v or None, effect=e) for k, v, e in taints] or None),
-    )
+def _node(labels: dict[str, str], *taints: tuple[str, str, str]) -> dict[str, Any]:
+    """A Node as the API server's JSON (check reads the raw response): a taint's empty value is absent."""
+    spec = {"taints": [{"key": k, **({"value": v} if v else {}), "effect": e} for k, v, e in taints]} if taints else {}
+    return {"metadata": {"name": "n", "labels": {"kubernetes.io/os": "linux", **labels}}, "spec": spec}
 
 
 @pytest.mark.parametrize(
