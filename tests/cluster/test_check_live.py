@@ -823,7 +823,7 @@ def test_probe_pins_a_pod_per_node_under_exactly_the_rendered_role_and_removes_t
     assert all(r["severity"] == "error" and "gave no complete result within 15 s" in r["detail"] for r in rows)
     # kwok runs the pods without running them: Running, no log. The detail says where to look next.
     assert all("(phase Running); a Running pod had not finished its URLs (raise --probe-deadline); its events "
-               "outlive it: kubectl -n kube-system get events --field-selector involvedObject.name=" in r["detail"]
+               f"outlive it: kubectl -n {PROBE_NAMESPACE} get events --field-selector involvedObject.name=" in r["detail"]
                for r in rows)  # fmt: skip
     assert stderr.endswith(f"clean, 0 of 6 probe(s) ok ({stderr.rsplit('(', 1)[1]}")
 
