@@ -134,7 +134,17 @@ SPEC_EDITS: dict[str, dict[str, Any]] = {
     "GeneratingPolicy": {"spec": {"evaluation": {"synchronize": {"enabled": False}}}},
     "ClusterPolicy": {"spec": {"failurePolicy": "Fail"}},
     "MutatingAdmissionPolicy": {"spec": {"failurePolicy": "Ignore"}},
-    "MutatingAdmissionPolicyBinding": {"spec": {"paramRef": {"parameterNotFoundAction": "Allow"}}},
+    "MutatingAdmissionPolicyBinding": {
+        "spec": {
+            "matchResources": {
+                "namespaceSelector": {
+                    "matchExpressions": [
+                        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["edited"]}
+                    ]
+                }
+            }
+        }
+    },
     "Bundle": {"spec": {"target": {"configMap": {"key": "edited.pem"}}}},
 }
 
