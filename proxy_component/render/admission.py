@@ -62,6 +62,7 @@ __all__ = [
     "admission_policy_binding",
     "cel_literal",
     "excluded_namespaces",
+    "plain_text",
     "pod_mutation",
     "values_data",
 ]
@@ -132,7 +133,8 @@ def _java_rendered(values: ProxyValues) -> bool:
     return values.java_options is not None
 
 
-def _call(build: Callable[[ProxyValues], str], values: ProxyValues) -> str:
+def plain_text(build: Callable[[ProxyValues], str], values: ProxyValues) -> str:
+    """The `Text` of plain values: `build` called on them."""
     return build(values)
 
 
@@ -292,7 +294,7 @@ def _trust(settings: Settings, cloned: bool) -> str:
 
 
 def pod_mutation(
-    settings: Settings, values: ProxyValues, text: Text = _call, cloned: bool = False
+    settings: Settings, values: ProxyValues, text: Text = plain_text, cloned: bool = False
 ) -> tuple[list[Obj], list[Obj], str]:
     """The match conditions, variables and JSON-patch expression of the Pod mutation, shared by the
     MutatingAdmissionPolicy and Kyverno's MutatingPolicy: the values first, one literal variable each (`text` makes
@@ -340,7 +342,7 @@ def pod_mutation(
     return conditions, variables, patches
 
 
-def admission_policy(settings: Settings, values: ProxyValues, text: Text = _call) -> Obj:
+def admission_policy(settings: Settings, values: ProxyValues, text: Text = plain_text) -> Obj:
     """The MutatingAdmissionPolicy; `text` makes each value's literal (an `apply` where the values are Outputs)."""
     conditions, variables, patches = pod_mutation(settings, values, text)
     return {
@@ -377,6 +379,6 @@ def admission_policy_binding(settings: Settings) -> Obj:
     }
 
 
-def admission_objects(settings: Settings, values: ProxyValues, text: Text = _call) -> list[Obj]:
+def admission_objects(settings: Settings, values: ProxyValues, text: Text = plain_text) -> list[Obj]:
     """The policy and its binding, in the order to apply them."""
     return [admission_policy(settings, values, text), admission_policy_binding(settings)]

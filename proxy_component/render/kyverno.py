@@ -37,11 +37,10 @@ JDK_JAVA_OPTIONS then names the truststore too.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
 from ..settings import RUNTIMES, Runtime, Settings
-from .admission import POD_CREATE, POD_EPHEMERAL, Text, cel_literal, excluded_namespaces, pod_mutation
+from .admission import POD_CREATE, POD_EPHEMERAL, Text, cel_literal, excluded_namespaces, plain_text, pod_mutation
 from .env import CONFIG_NAME, ENV_NAMES, RUNTIME_VARIABLES, ProxyValues, pod_env
 from .trust import BUNDLE_NAME, MOUNT_PATH, TRUST_NAMES, trust_env_vars, trust_volume, trust_volume_mount
 
@@ -64,10 +63,6 @@ CLONE_TRUST_NAME = "proxy-component-clone-proxy-trust"
 POLICIES_API = "policies.kyverno.io/v1"
 
 
-def _call(build: Callable[[ProxyValues], str], values: ProxyValues) -> str:
-    return build(values)
-
-
 def _metadata(name: str, title: str, description: str) -> Obj:
     return {
         "name": name,
@@ -76,7 +71,7 @@ def _metadata(name: str, title: str, description: str) -> Obj:
     }
 
 
-def mutating_policy(settings: Settings, values: ProxyValues, text: Text = _call) -> Obj:
+def mutating_policy(settings: Settings, values: ProxyValues, text: Text = plain_text) -> Obj:
     """The MutatingPolicy; `text` turns the values into their variables' literals (an `apply` for Outputs)."""
     conditions, variables, patches = pod_mutation(settings, values, text, cloned=True)
     excluded = excluded_namespaces(settings)
@@ -158,7 +153,7 @@ def generating_policies(settings: Settings) -> list[Obj]:
     return out
 
 
-def kyverno_objects(settings: Settings, values: ProxyValues, text: Text = _call) -> list[Obj]:
+def kyverno_objects(settings: Settings, values: ProxyValues, text: Text = plain_text) -> list[Obj]:
     """The Kyverno policies `injection.kyvernoPolicy` chooses: GeneratingPolicies then the MutatingPolicy, or the
     legacy ClusterPolicy."""
     if settings.injection.kyverno_policy == "ClusterPolicy":
