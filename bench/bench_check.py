@@ -31,8 +31,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from proxy_component.check import check_cluster, connect  # noqa: E402
 from proxy_component.cli import dump  # noqa: E402
+from proxy_component.live.check import check_cluster  # noqa: E402
+from proxy_component.live.cluster import connect  # noqa: E402
 from proxy_component.render import manifests  # noqa: E402
 from proxy_component.settings import Settings, parse_settings  # noqa: E402
 

@@ -137,7 +137,7 @@ def _objects(settings: Settings, args: argparse.Namespace) -> list[dict[str, Any
     if fmt == "admission":
         return [owned(o) for o in admission_objects(settings, plain_values(settings))]
     if fmt == "check-rbac":
-        from .check import rbac_objects
+        from .live.access import rbac_objects
 
         return rbac_objects(settings, probe=args.probe)
     if fmt == "kustomize-patch":
@@ -343,7 +343,7 @@ def _cell_text(cell: Any, notes: list[str]) -> str:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from .check import CheckError, check_cluster, connect, probe_cluster, scrub
+    from .live import CheckError, check_cluster, connect, probe_cluster, scrub
 
     settings = _load(args.config, args)
     probes: list[Any] = []

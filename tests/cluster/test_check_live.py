@@ -30,7 +30,9 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from proxy_component.check import CHECK_NAME, SERVICES, Access, accesses, check_cluster, connect
+from proxy_component.live.access import CHECK_NAME, accesses
+from proxy_component.live.check import check_cluster
+from proxy_component.live.cluster import SERVICES, Access, connect
 from proxy_component.probe import probe_pod
 from proxy_component.render import plain_values
 from proxy_component.render.env import pod_env

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from proxy_component.check import CHECK_NAME
+from proxy_component.live.access import CHECK_NAME
 from proxy_component.probe import probe_pod
 from proxy_component.settings import PROBE_NAMESPACE, parse_settings
 

@@ -27,8 +27,8 @@ from typing import Any
 import pytest
 import yaml
 
-from proxy_component.check import CHECK_NAME
 from proxy_component.image import DEFAULT_IMAGE
+from proxy_component.live.access import CHECK_NAME
 from proxy_component.settings import PROBE_NAMESPACE
 from tests.pki import make_ca, make_leaf
 

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from jsonschema import Draft7Validator
 
-from proxy_component.check import rbac_objects
+from proxy_component.live.access import rbac_objects
 from proxy_component.probe import probe_pod
 from proxy_component.render import manifests
 from proxy_component.settings import Settings, SettingsError, parse_settings

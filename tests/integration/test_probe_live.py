@@ -452,7 +452,7 @@ def test_probe_cluster_end_to_end_through_a_real_tinyproxy(
     """probe_cluster's own path: the pod it builds, the script run as its kubelet would run it, the log read back
     and judged with the proxy pod's log, the TLS answer fed into the client that made the ClientHello, the pod
     deleted."""
-    from proxy_component.check import Cluster, probe_cluster
+    from proxy_component.live import Cluster, probe_cluster
 
     port = _free_port()
     with serving(_Tls(CONFIGURED, tmp_path)) as good, serving(_Tls(OTHER, tmp_path)) as bad:

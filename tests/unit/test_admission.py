@@ -240,7 +240,8 @@ class _NotFoundError(Exception):
 def test_check_names_the_injection_api_the_api_server_does_not_serve(
     injection: dict[str, Any], served: dict[str, list[str]], missing: list[str]
 ) -> None:
-    from proxy_component.check import Cluster, _injection_apis
+    from proxy_component.live.check import _injection_apis
+    from proxy_component.live.cluster import Cluster
 
     settings = _settings(injection=injection)
     discovery = _Discovery(served)

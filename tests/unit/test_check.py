@@ -9,9 +9,11 @@ from typing import Any
 import pytest
 import yaml
 
-from proxy_component import check
-from proxy_component.check import CHECK_NAME, _eligible, _nodes, accesses, rbac_objects, runs_daemonsets, scrub
+from proxy_component.live import check
 from proxy_component.cli import main
+from proxy_component.live.access import CHECK_NAME, accesses, rbac_objects
+from proxy_component.live.check import _eligible, _nodes, runs_daemonsets
+from proxy_component.live.cluster import scrub
 from proxy_component.settings import Settings, parse_settings
 from tests.conftest import ROOT
 
@@ -230,7 +232,7 @@ def test_a_crash_is_exit_3_not_findings_and_shows_no_credential(
     def crash(settings: Settings, cluster: check.Cluster) -> list[check.Finding]:
         raise RuntimeError(f"cannot judge {settings.http_proxy} (password pa@ss-w0rd) at {cluster.server}")
 
-    monkeypatch.setattr(check, "check_cluster", crash)
+    monkeypatch.setattr("proxy_component.live.check_cluster", crash)
     assert main(["check", str(config), "--kubeconfig", str(kubeconfig)]) == 3
     captured = capsys.readouterr()
     assert captured.out == ""

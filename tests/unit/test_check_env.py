@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from proxy_component.check import NoProxyTokens, _container_problem
 from proxy_component.injections import SELECTIONS
+from proxy_component.live.check import NoProxyTokens, _container_problem
 from proxy_component.render import plain_values
 from proxy_component.render.env import env_pairs
 from proxy_component.render.runtimes import python_no_proxy

@@ -16,7 +16,9 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from proxy_component.check import Cluster, Finding, check_cluster, injection_apis, rbac_objects, workload_namespaces
+from proxy_component.live.access import rbac_objects, workload_namespaces
+from proxy_component.live.check import Finding, check_cluster, injection_apis
+from proxy_component.live.cluster import Cluster
 from proxy_component.render import manifests
 from proxy_component.render.trust import trust_namespaces
 from proxy_component.settings import Settings, parse_settings

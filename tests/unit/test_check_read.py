@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from kubernetes import client
 
-from proxy_component.check import NAMESPACES, NODES, PAGE, Access, CheckError, Cluster, _explain
+from proxy_component.live.cluster import NAMESPACES, NODES, PAGE, Access, CheckError, Cluster, explain
 
 NODE_COUNT = PAGE * 2 + 7  # three pages
 FORBIDDEN = 'namespaces "locked" is forbidden: User "alice" cannot get resource "namespaces" in API group ""'
@@ -90,7 +90,7 @@ def test_a_read_is_the_objects_json_or_none_where_it_does_not_exist(cluster: Clu
 def test_a_refused_read_is_explained_with_the_api_servers_message(cluster: Cluster) -> None:
     with pytest.raises(client.ApiException) as caught:
         cluster.get_json(Access(NAMESPACES, None, "locked"))
-    error = _explain(caught.value, cluster)
+    error = explain(caught.value, cluster)
     assert isinstance(error, CheckError)
     assert str(error) == (
         f"{cluster.server}: 403 Forbidden: {FORBIDDEN}: check needs the roles that `proxy-component render CONFIG "

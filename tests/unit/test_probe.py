@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 import yaml
 
-from proxy_component.check import CHECK_NAME, CheckError, Cluster, accesses, probe_cluster, rbac_objects, stalled
 from proxy_component.cli import main
+from proxy_component.live.access import CHECK_NAME, accesses, rbac_objects
+from proxy_component.live.cluster import CheckError, Cluster
+from proxy_component.live.probe import probe_cluster, stalled
 from proxy_component.probe import (
     PROBE_COMPONENT,
     RUN_LABEL,
@@ -289,7 +291,7 @@ def test_probe_cluster_reports_a_stalled_pod_with_its_state(monkeypatch: pytest.
 
     from kubernetes.client import V1ContainerState, V1ContainerStateWaiting, V1ContainerStatus
 
-    from proxy_component import check
+    from proxy_component import live as check
 
     class Core:
         def __init__(self) -> None:
@@ -316,7 +318,7 @@ def test_probe_cluster_reports_a_stalled_pod_with_its_state(monkeypatch: pytest.
     def cut_short(condition: Any, deadline: float, interval: float = 1.0) -> bool:
         return bool(condition())
 
-    monkeypatch.setattr(check, "wait_until", cut_short)
+    monkeypatch.setattr("proxy_component.live.probe.wait_until", cut_short)
     core = Core()
     results = check.probe_cluster(parse_settings(BASE), check.Cluster({"core": core}, server="https://api.test"),
                                   ["http://a.example/"], wait=1, deadline=6)  # fmt: skip

@@ -1,0 +1,586 @@
+"""`proxy-component check`: what in a live cluster has drifted from what the settings compose.
+
+It reports each finding in one line that names the object: node addresses and pod ranges outside tinyproxy's
+Allow list or not covered by NO_PROXY, the service range not covered, the proxy DaemonSet missing, not ready or
+absent from nodes that run DaemonSets, an image of it whose tag can move, its namespace enforcing a Pod Security
+level stricter than it needs, a `proxy-config` missing or edited, a workload (with admission or Kyverno injection,
+a Pod) without the proxy env or with a stale NO_PROXY, and an injection API the settings chose that the API
+server does not serve (discovery: the MutatingAdmissionPolicy of `injection.admission`, the Kyverno kinds of
+`injection.kyvernoPolicy`). The reads are `cluster.Cluster`'s; the requests are those of `access.accesses`.
+"""
+
+from __future__ import annotations
+
+import base64
+import ipaddress
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, NamedTuple
+
+from ..noproxy import NoProxy
+from ..render import plain_values
+from ..render.admission import admission_api_version
+from ..render.env import (
+    CONFIG_NAME,
+    ENV_NAMES,
+    RUNTIME_VARIABLES,
+    env_pairs,
+    proxy_config_object,
+    reads_proxy_config,
+)
+from ..render.proxy import APP_LABEL, CONTROL_PLANE_LABEL, NO_DAEMONSET_LABELS
+from ..render.runtimes import python_no_proxy
+from ..render.trust import BUNDLE_NAME, trust_bundle_object, trust_namespaces
+from ..settings import RUNTIMES, NodeSelectorRequirement, Settings, image_is_mutable
+from .access import KUBERNETES_SERVICE, workload_apis, workload_namespaces
+from .cluster import (
+    CONFIG_MAPS,
+    DAEMON_SET,
+    NAMESPACES,
+    NODES,
+    PODS,
+    SECRETS,
+    SERVICE_CIDRS,
+    SERVICES,
+    Access,
+    Cluster,
+    Obj,
+    explain,
+)
+
+POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
+# hostNetwork, hostPort and the firewall's root user with NET_ADMIN: only `privileged` admits the DaemonSet.
+STRICTER_POD_SECURITY = ("baseline", "restricted")
+Net = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing that drifted: what kind of problem, which object, how bad, and what it means."""
+
+    kind: str
+    object: str
+    severity: str  # "error": traffic fails or the proxy is missing; "warning": traffic takes a wrong path
+    message: str
+
+    def as_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        return f"{self.severity}: {self.object}: {self.message}"
+
+
+class InjectionApi(NamedTuple):
+    """An API the settings' injection needs the API server to serve: the setting, group/version and resource."""
+
+    setting: str
+    group_version: str
+    resource: str
+    needs: str
+
+
+def injection_apis(settings: Settings) -> list[InjectionApi]:
+    """The APIs of the injection the settings chose (none for the stack transform alone)."""
+    injection = settings.injection
+    out: list[InjectionApi] = []
+    if injection.admission:
+        version = admission_api_version(settings)
+        needs = (
+            f"Kubernetes 1.34 or 1.35 with the MutatingAdmissionPolicy feature gate and --runtime-config={version}=true"
+            if version.endswith("v1beta1")
+            else "Kubernetes 1.36 or later, or cluster.kubernetesVersion naming an older cluster's version"
+        )
+        for resource in ("mutatingadmissionpolicies", "mutatingadmissionpolicybindings"):
+            out.append(InjectionApi("injection.admission", version, resource, needs))
+    if injection.kyverno:
+        if injection.kyverno_policy == "ClusterPolicy":
+            out.append(InjectionApi("injection.kyvernoPolicy", "kyverno.io/v1", "clusterpolicies", "Kyverno installed"))
+        else:
+            for resource in ("mutatingpolicies", "generatingpolicies"):
+                out.append(
+                    InjectionApi(
+                        "injection.kyvernoPolicy",
+                        "policies.kyverno.io/v1",
+                        resource,
+                        "Kyverno 1.17 or later, or injection.kyvernoPolicy: ClusterPolicy for an older Kyverno",
+                    )
+                )
+    return out
+
+
+def _network(value: str) -> Net | None:
+    try:
+        return ipaddress.ip_network(value, strict=False)
+    except ValueError:
+        return None
+
+
+def _within(net: Net, nets: Sequence[Net]) -> bool:
+    return any(net.version == n.version and net.subnet_of(n) for n in nets)  # type: ignore[arg-type]
+
+
+def check_cluster(settings: Settings, cluster: Cluster) -> list[Finding]:
+    """Every finding, in a stable order: network coverage, the proxy itself, `proxy-config`, workloads."""
+    try:
+        nodes = list(cluster.list_json(Access(NODES)))
+        no_proxy = list(settings.no_proxy().networks())
+        return [
+            *_nodes(settings, nodes, no_proxy),
+            *_node_ranges(settings, nodes),
+            *_service_range(cluster, no_proxy),
+            *_proxy(settings, cluster, nodes),
+            *_proxy_configs(settings, cluster),
+            *_trust_bundles(settings, cluster),
+            *_injection_apis(settings, cluster),
+            *_workloads(settings, cluster),
+        ]
+    except Exception as exc:
+        error = explain(exc, cluster)
+        if error is None:
+            raise
+        raise error from None
+
+
+def _injection_apis(settings: Settings, cluster: Cluster) -> Iterator[Finding]:
+    """An injection API the settings chose that the API server does not serve: no Pod gets the env from it."""
+    served: dict[str, set[str] | None] = {}
+    for api in injection_apis(settings):
+        if api.group_version not in served:
+            served[api.group_version] = cluster.served(api.group_version)
+        resources = served[api.group_version]
+        if resources is not None and api.resource not in resources:
+            yield Finding(
+                "injection-api-missing", f"API {api.group_version}/{api.resource}", "error",
+                f"{api.setting}: the API server does not serve {api.group_version} {api.resource}, so no Pod gets "
+                f"the proxy env from it (expected {api.needs})",
+            )  # fmt: skip
+
+
+def _internal_ips(node: Obj) -> list[str]:
+    """A node's InternalIPs: where its host-network pods' connections come from, and what pods reach it by.
+
+    ExternalIPs are not judged: a cloud's public or NAT address is neither, and adding it to `Allow` would open
+    the proxy to it.
+    """
+    addresses = (node.get("status") or {}).get("addresses") or []
+    return [a["address"] for a in addresses if a.get("type") == "InternalIP"]
+
+
+def _nodes(settings: Settings, nodes: list[Obj], no_proxy: list[Net]) -> Iterator[Finding]:
+    allow = [n for n in map(_network, settings.allowed_sources()) if n is not None]
+    checks_allow = settings.deployment.enabled
+    for node in nodes:
+        name = f"Node {node['metadata']['name']}"
+        for address in _internal_ips(node):
+            net = _network(address)
+            if net is None:
+                continue
+            if checks_allow and not _within(net, allow):
+                yield Finding(
+                    "node-outside-allow", name, "error",
+                    f"address {address} is outside tinyproxy's Allow list: its host-network pods are refused "
+                    "by the proxy (add its range to cluster.nodeCidrs)",
+                )  # fmt: skip
+            if not _within(net, no_proxy):
+                yield Finding(
+                    "node-not-in-no-proxy", name, "warning",
+                    f"address {address} is not covered by NO_PROXY: clients send requests to it through the "
+                    "proxy (add its range to cluster.nodeCidrs)",
+                )  # fmt: skip
+        spec = node.get("spec") or {}
+        for cidr in spec.get("podCIDRs") or ([spec["podCIDR"]] if spec.get("podCIDR") else []):
+            net = _network(cidr)
+            if net is None:
+                continue
+            if checks_allow and not _within(net, allow):
+                yield Finding(
+                    "pods-outside-allow", name, "error",
+                    f"podCIDR {cidr} is outside tinyproxy's Allow list: pods on this node are refused by the proxy "
+                    "(add it to cluster.podCidrs)",
+                )  # fmt: skip
+            if not _within(net, no_proxy):
+                yield Finding(
+                    "pods-not-in-no-proxy", name, "warning",
+                    f"podCIDR {cidr} is not covered by NO_PROXY: requests to these pods go through the proxy "
+                    "(add it to cluster.podCidrs)",
+                )  # fmt: skip
+
+
+# A node range wider than the nodes need: more than 2**WIDE_BITS times the addresses of the smallest range that
+# holds its nodes' InternalIPs, that range taken as at least a node subnet (a /24, an IPv6 /64).
+WIDE_BITS = 8
+NODE_SUBNET = {4: 24, 6: 64}
+
+
+def wide_node_range(cidr: str, addresses: Sequence[str]) -> tuple[Net, int] | None:
+    """Where `cidr` (a node range in tinyproxy's Allow) is wider than its nodes need by more than WIDE_BITS bits:
+    the range they need and how many of the `addresses` it holds. None where it is not, or where it holds none of
+    the addresses (nothing to compare with)."""
+    net = _network(cidr)
+    if net is None:
+        return None
+    inside = sorted(ip for ip in map(ipaddress.ip_address, addresses) if ip.version == net.version and ip in net)
+    if not inside:
+        return None
+    span = net.max_prefixlen - (int(inside[0]) ^ int(inside[-1])).bit_length()
+    needed = ipaddress.ip_network(f"{inside[0]}/{min(span, NODE_SUBNET[net.version])}", strict=False)
+    return (needed, len(inside)) if net.prefixlen < needed.prefixlen - WIDE_BITS else None
+
+
+def _node_ranges(settings: Settings, nodes: list[Any]) -> Iterator[Finding]:
+    """A node range in tinyproxy's Allow far wider than the cluster's nodes: every host in it may use the proxy
+    (and its upstream credentials), not only the nodes."""
+    if not settings.deployment.enabled:
+        return
+    addresses = [a for node in nodes for a in _internal_ips(node) if _network(a) is not None]
+    for i, cidr in enumerate(settings.cluster.node_cidrs):
+        wide = wide_node_range(cidr, addresses)
+        if wide is None:
+            continue
+        needed, count = wide
+        size = ipaddress.ip_network(cidr).num_addresses
+        yield Finding(
+            "node-range-wide", f"cluster.nodeCidrs[{i}] {cidr}", "warning",
+            f"tinyproxy's Allow holds all {size:,} addresses of {cidr}, but the cluster's {count} node address(es) "
+            f"in it lie in {needed}: any host in {cidr}, not only the nodes, may use the proxy and its upstream "
+            f"credentials (narrow cluster.nodeCidrs to the subnets the node pools use, e.g. {needed})",
+        )  # fmt: skip
+
+
+def _service_range(cluster: Cluster, no_proxy: list[Net]) -> Iterator[Finding]:
+    """The ServiceCIDR objects, else the `kubernetes` Service's IPs (where pods reach the API server).
+
+    The API server's endpoints and the kubeconfig's server are not judged: pods reach the API server at its
+    Service (`kubernetes.default.svc`, KUBERNETES_SERVICE_HOST), never at those.
+    """
+    ranges: list[tuple[str, str]] = []
+    try:
+        if cluster.supports(SERVICE_CIDRS):  # a kubernetes client older than ServiceCIDRs' v1 does not
+            for item in cluster.list_json(Access(SERVICE_CIDRS)):
+                ranges += [(f"ServiceCIDR {item['metadata']['name']}", c) for c in item["spec"].get("cidrs") or []]
+    except Exception as exc:
+        if getattr(exc, "status", None) not in (403, 404):
+            raise  # 404: a server before Kubernetes 1.33; 403: an identity that may not list them
+    if not ranges:
+        service = cluster.get_json(Access(SERVICES, *KUBERNETES_SERVICE))
+        if service is not None:
+            ips = service["spec"].get("clusterIPs") or [service["spec"].get("clusterIP")]
+            ranges += [("Service default/kubernetes", ip) for ip in ips if ip and ip != "None"]
+    for name, cidr in ranges:
+        net = _network(cidr)
+        if net is not None and not _within(net, no_proxy):
+            yield Finding(
+                "services-not-in-no-proxy", name, "warning",
+                f"service range {cidr} is not covered by NO_PROXY: requests to Service IPs (the API server's "
+                "among them) go through the proxy (add it to cluster.serviceCidrs)",
+            )  # fmt: skip
+
+
+# Nodes where DaemonSet pods never run: the labels the DaemonSet's node affinity excludes (render.proxy), and
+# virtual-kubelet's taint.
+NO_DAEMONSET_TAINT = "virtual-kubelet.io/provider"
+
+
+def runs_daemonsets(node: Obj) -> bool:
+    """False for a node that never runs DaemonSet pods (virtual-kubelet, EKS Fargate): the proxy cannot be there."""
+    labels = node["metadata"].get("labels") or {}
+    if any(labels.get(key) == value for key, value in NO_DAEMONSET_LABELS.items()):
+        return False
+    taints = (node.get("spec") or {}).get("taints") or []
+    return not any(t.get("key") == NO_DAEMONSET_TAINT for t in taints)
+
+
+def _eligible(settings: Settings, node: Obj) -> bool:
+    """A node the proxy should run on: Linux, running DaemonSets, not control-plane unless asked, and selected by
+    the settings' nodeSelector, required node affinity and tolerations (as the DaemonSet controller decides)."""
+    labels = node["metadata"].get("labels") or {}
+    if labels.get("kubernetes.io/os", "linux") != "linux" or not runs_daemonsets(node):
+        return False
+    if not settings.deployment.control_plane and CONTROL_PLANE_LABEL in labels:
+        return False
+    d = settings.deployment
+    if any(labels.get(key) != value for key, value in d.node_selector.items()):
+        return False
+    terms = d.required_node_terms
+    if terms and not any(all(_matches(r, labels) for r in term.match_expressions) for term in terms):
+        return False
+    taints = (node.get("spec") or {}).get("taints") or []
+    return d.tolerate_all_taints or all(_tolerated(settings, t) for t in taints)
+
+
+def _matches(requirement: NodeSelectorRequirement, labels: dict[str, str]) -> bool:
+    """A node selector requirement against a node's labels, as the scheduler reads it."""
+    value = labels.get(requirement.key)
+    op = requirement.operator
+    if op in ("Exists", "DoesNotExist"):
+        return (value is not None) is (op == "Exists")
+    if op == "In":
+        return value in requirement.values
+    if op == "NotIn":
+        return value not in requirement.values
+    if value is None or not re.fullmatch(r"-?[0-9]+", value):
+        return False
+    return int(value) > int(requirement.values[0]) if op == "Gt" else int(value) < int(requirement.values[0])
+
+
+# The taints the DaemonSet controller makes every DaemonSet pod tolerate (Exists), whatever its template says.
+DAEMONSET_TOLERATED = {
+    "node.kubernetes.io/not-ready": "NoExecute",
+    "node.kubernetes.io/unreachable": "NoExecute",
+    "node.kubernetes.io/disk-pressure": "NoSchedule",
+    "node.kubernetes.io/memory-pressure": "NoSchedule",
+    "node.kubernetes.io/pid-pressure": "NoSchedule",
+    "node.kubernetes.io/unschedulable": "NoSchedule",
+    "node.kubernetes.io/network-unavailable": "NoSchedule",  # for pods on the host's network, as the proxy's
+}
+
+
+def _tolerated(settings: Settings, taint: Obj) -> bool:
+    """Whether the proxy's pods may run on a node with this taint: PreferNoSchedule never keeps them off."""
+    key, value, effect = taint["key"], taint.get("value"), taint.get("effect")
+    if effect == "PreferNoSchedule" or DAEMONSET_TOLERATED.get(key) == effect:
+        return True
+    for t in settings.deployment.tolerations:
+        if t.effect is not None and t.effect != effect:
+            continue
+        if t.key is None or (t.key == key and (t.operator == "Exists" or (t.value or "") == (value or ""))):
+            return True
+    return False
+
+
+def _ready(pod: Obj) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def _shown(names: Sequence[str], limit: int = 10) -> str:
+    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _proxy(settings: Settings, cluster: Cluster, all_nodes: list[Obj]) -> Iterator[Finding]:
+    """The DaemonSet, and a ready proxy pod on every eligible node (judged from the pods: nodes that run no
+    DaemonSets still count in the DaemonSet's own status when it tolerates them)."""
+    d = settings.deployment
+    if not d.enabled:
+        return
+    name = f"DaemonSet {d.namespace}/{d.service_name}"
+    yield from _pod_security(settings, cluster)
+    daemonset = cluster.get_json(Access(DAEMON_SET, d.namespace, d.service_name))
+    if daemonset is None:
+        yield Finding("proxy-missing", name, "error", "the proxy DaemonSet does not exist: pods have no proxy")
+        return
+    template = daemonset["spec"]["template"]["spec"]
+    for container in [*(template.get("initContainers") or []), *(template.get("containers") or [])]:
+        if image_is_mutable(container.get("image")):
+            yield Finding(
+                "image-mutable-tag", name, "warning",
+                f"container {container['name']}: image {container.get('image')!r} has no digest and no versioned tag, so "
+                "nodes may run different builds of it (set a versioned tag and pin its digest, "
+                "e.g. name:1.2.3@sha256:...)",
+            )  # fmt: skip
+    placed: set[str] = set()
+    ready: set[str] = set()
+    for pod in cluster.list_json(Access(PODS, d.namespace), label_selector=f"{APP_LABEL}={d.service_name}"):
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node:
+            placed.add(node)
+            if _ready(pod):
+                ready.add(node)
+    nodes = sorted(n["metadata"]["name"] for n in all_nodes if _eligible(settings, n))
+    not_ready = [n for n in nodes if n in placed and n not in ready]
+    missing = [n for n in nodes if n not in placed]
+    if not_ready:
+        yield Finding(
+            "proxy-not-ready", name, "error",
+            f"{len(nodes) - len(not_ready) - len(missing)} of {len(nodes)} eligible nodes have a ready proxy pod; "
+            f"not ready on {len(not_ready)} node(s): {_shown(not_ready)}",
+        )  # fmt: skip
+    if missing:
+        yield Finding(
+            "proxy-missing-on-nodes", name, "error",
+            f"no proxy pod on {len(missing)} node(s): {_shown(missing)} (a taint, a full node or a nodeSelector "
+            "keeps it off; with internalTrafficPolicy Local their pods have no proxy)",
+        )  # fmt: skip
+
+
+def _pod_security(settings: Settings, cluster: Cluster) -> Iterator[Finding]:
+    """The proxy's namespace enforcing a Pod Security level that refuses its pods (the label only, not the
+    cluster-wide default of the admission configuration, which the API does not show)."""
+    namespace = settings.deployment.namespace
+    ns = cluster.get_json(Access(NAMESPACES, None, namespace))
+    level = ((ns["metadata"].get("labels") if ns is not None else None) or {}).get(POD_SECURITY_ENFORCE, "")
+    if level in STRICTER_POD_SECURITY:
+        yield Finding(
+            "pod-security-too-strict", f"Namespace {namespace}", "warning",
+            f"enforces Pod Security level {level!r}, which refuses the proxy's pods: they need 'privileged' "
+            "(hostNetwork, hostPort, and the firewall init container's root user with NET_ADMIN) "
+            f"(label it {POD_SECURITY_ENFORCE}=privileged, or set deployment.namespace to one that is)",
+        )  # fmt: skip
+
+
+def _data(obj: Obj, secret: bool) -> dict[str, str]:
+    if secret:
+        return {k: base64.b64decode(v).decode(errors="replace") for k, v in (obj.get("data") or {}).items()}
+    return dict(obj.get("data") or {})
+
+
+def _proxy_configs(settings: Settings, cluster: Cluster) -> Iterator[Finding]:
+    """Each namespace's `proxy-config`, read by name; a Secret's values are compared, never shown."""
+    values = plain_values(settings)
+    secret = settings.has_credentials
+    api, kind = (SECRETS, "Secret") if secret else (CONFIG_MAPS, "ConfigMap")
+    for ns in settings.proxy_config_namespaces:
+        wanted = proxy_config_object(settings, ns, values)
+        expected = wanted.get("stringData") or wanted.get("data") or {}
+        name = f"{kind} {ns}/{CONFIG_NAME}"
+        live = cluster.get_json(Access(api, ns, CONFIG_NAME))
+        if live is None:
+            yield Finding("proxy-config-missing", name, "error", "missing: workloads that read it get no proxy env")
+            continue
+        data = _data(live, secret)
+        differing = sorted(k for k in set(expected) | set(data) if expected.get(k) != data.get(k))
+        if differing:
+            yield Finding(
+                "proxy-config-differs", name, "warning",
+                f"differs from the settings in {', '.join(differing)}: edited by hand, or the stack is not applied",
+            )  # fmt: skip
+
+
+def _trust_bundles(settings: Settings, cluster: Cluster) -> Iterator[Finding]:
+    """Each namespace's `proxy-trust` (proxy.upstream.trustedCa), read by name: the Pods given the trust group
+    mount it, and a Pod whose ConfigMap volume is missing does not start."""
+    for ns in trust_namespaces(settings):
+        wanted = trust_bundle_object(settings, ns)
+        name = f"ConfigMap {ns}/{BUNDLE_NAME}"
+        live = cluster.get_json(Access(CONFIG_MAPS, ns, BUNDLE_NAME))
+        if live is None:
+            yield Finding(
+                "proxy-trust-missing", name, "error",
+                "missing: Pods given the trust group mount it and do not start without it",
+            )  # fmt: skip
+            continue
+        data = {**(live.get("data") or {}), **(live.get("binaryData") or {})}
+        expected = {**wanted.get("data", {}), **wanted.get("binaryData", {})}
+        differing = sorted(k for k in set(expected) | set(data) if expected.get(k) != data.get(k))
+        if differing:
+            yield Finding(
+                "proxy-trust-differs", name, "warning",
+                f"differs from the settings in {', '.join(differing)}: the CA changed and the stack is not applied, "
+                "or it was edited by hand (or certifi's roots differ from the version that rendered it)",
+            )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class NoProxyTokens:
+    """What a live NO_PROXY is judged against: the tokens every rendering of the composed list holds (the
+    Python-safe list's), and those the Python-safe list leaves out (IPv6 CIDRs, bracketed addresses)."""
+
+    required: tuple[str, ...]
+    python_unsafe: frozenset[str]
+
+    @classmethod
+    def of(cls, no_proxy: NoProxy) -> NoProxyTokens:
+        python = tuple(t for t in python_no_proxy(no_proxy).split(",") if t)
+        return cls(python, frozenset(no_proxy.tokens()) - set(python))
+
+
+def _pod_template(kind: str, obj: Obj) -> Obj:
+    if kind == "Pod":
+        return obj
+    if kind == "CronJob":
+        return dict(obj["spec"]["jobTemplate"]["spec"]["template"])
+    return dict(obj["spec"]["template"])
+
+
+def _workloads(settings: Settings, cluster: Cluster) -> Iterator[Finding]:
+    """Each workload (with Kyverno injection: each running Pod) of the judged namespaces, container by container."""
+    values = plain_values(settings)
+    tokens = NoProxyTokens.of(settings.no_proxy())
+    ours = dict(env_pairs(values.select(RUNTIMES)))
+    opt_out = settings.injection.opt_out_annotation
+    for ns in workload_namespaces(settings):
+        for kind, api in workload_apis(settings):
+            for obj in cluster.list_json(Access(api, ns)):
+                meta = obj["metadata"]
+                if kind == "Job" and meta.get("ownerReferences"):
+                    continue  # a CronJob's Job: the CronJob is reported
+                phase = (obj.get("status") or {}).get("phase") if kind == "Pod" else None
+                if kind == "Pod" and (meta.get("deletionTimestamp") or phase in ("Succeeded", "Failed")):
+                    continue  # it runs nothing any more
+                template = _pod_template(kind, obj)
+                template_annotations = (template.get("metadata") or {}).get("annotations")
+                annotations = {**(meta.get("annotations") or {}), **(template_annotations or {})}
+                if annotations.get(opt_out) == "false":
+                    continue
+                name = f"{kind} {ns}/{meta['name']}"
+                try:
+                    selection = settings.runtimes.select(ns, annotations)
+                except ValueError as exc:
+                    yield Finding("workload-runtimes", name, "warning", f"{exc}: treated as no runtime")
+                    selection = frozenset()
+                expected = dict(env_pairs(values.select(selection)))
+                spec = template["spec"]
+                containers = [
+                    *(spec.get("initContainers") or []),
+                    *(spec.get("containers") or []),
+                    *(spec.get("ephemeralContainers") or []),
+                ]
+                for container in containers:
+                    problem = _container_problem(_as_dict(container), expected, ours, tokens)
+                    if problem:
+                        yield Finding("workload-env", name, "warning", f"container {container['name']}: {problem}")
+
+
+def _as_dict(container: Obj) -> dict[str, Any]:
+    """The parts of a live container that the injection decision reads: its envFrom as the API writes it, and
+    each env variable's value and whether it is a literal (no valueFrom)."""
+    env = [
+        {"name": e["name"], "value": e.get("value"), "literal": e.get("valueFrom") is None}
+        for e in container.get("env") or []
+    ]
+    return {"env": env, "envFrom": container.get("envFrom") or []}
+
+
+def _container_problem(
+    container: dict[str, Any], expected: dict[str, Any], ours: dict[str, Any], tokens: NoProxyTokens
+) -> str:
+    """What differs from what `render.env.additions` gives this container for its selection.
+
+    A literal NO_PROXY or no_proxy is stale when it lacks a token every rendering of the composed list holds:
+    the composed list, the Python-safe one (which a chart's values or a patch rendered for python carry) and a
+    list with more entries (a chart's own hosts) all pass. `no_proxy`, which every Python client reads first,
+    must not hold what the Python-safe list leaves out: httpx raises on it.
+    """
+    if reads_proxy_config(container):
+        return ""  # the namespace's proxy-config, checked on its own
+    env = {e["name"]: e for e in container["env"]}
+    missing = [name for name in ENV_NAMES if name not in env]
+    if missing:
+        return f"lacks the proxy env ({', '.join(missing)}; expected envFrom {CONFIG_NAME} or the variables)"
+    for name in ("NO_PROXY", "no_proxy"):
+        var = env[name]
+        if not var["literal"]:
+            continue
+        held = {t.strip().lower() for t in str(var["value"] or "").split(",")}
+        lacking = [t for t in tokens.required if t not in held]
+        if lacking:
+            return (
+                f"{name} is stale: it lacks {_shown(lacking, 5)}, which the composed NO_PROXY holds (re-apply its env "
+                "and recreate its pods)"
+            )
+        unsafe = sorted(held & tokens.python_unsafe)
+        if name == "no_proxy" and unsafe:
+            return (
+                f"no_proxy holds {_shown(unsafe, 5)}, on which httpx raises InvalidURL when a client is created "
+                "(proxy-component gives no_proxy the Python-safe list: re-apply its env and recreate its pods)"
+            )
+    for runtime, variable in RUNTIME_VARIABLES.items():
+        if variable in expected and variable not in env:
+            return f"its runtimes select {runtime} but it lacks {variable} (recreate its pods, or it set a proxy name)"
+        if variable not in expected and variable in env and env[variable]["value"] == ours.get(variable):
+            return (
+                f"has proxy-component's {variable} but its runtimes do not select {runtime}: injected before "
+                "runtimes were opt-in (recreate its pods, or select the runtime)"
+            )
+    return ""

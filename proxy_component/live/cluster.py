@@ -1,0 +1,275 @@
+"""The shared reads of a live cluster: one `Cluster` (the official `kubernetes` client's APIs, imported on use, and
+the requests made through them), lists page by page as the API server's JSON, gets by name, the API kinds the
+commands read (`Api`, each one RBAC verb on one resource) and the errors a user can act on (`CheckError`,
+`explain`), and `scrub`, which keeps credentials out of anything printed.
+
+Every request goes through `Cluster`, which counts it and records its `Access`: the tests compare what a command
+did with the role `access.rbac_objects` renders for it.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+from urllib.parse import unquote, urlsplit
+
+from ..settings import Settings, redact_url
+
+PAGE = 500  # objects per list call
+Obj = dict[str, Any]
+
+
+class CheckError(Exception):
+    """The cluster cannot be read (unreachable, unknown context, refused, forbidden): a message a user can act on."""
+
+
+class Api(NamedTuple):
+    """A kind of object check reads: its API group and resource (for RBAC), and the client and method that read it."""
+
+    group: str
+    resource: str
+    client: str  # "core", "apps", "batch" or "networking"
+    method: str  # list_... (RBAC verb list) or read_... (RBAC verb get)
+
+    @property
+    def verb(self) -> str:
+        for prefix, verb in (("list_", "list"), ("create_", "create"), ("delete_", "delete")):
+            if self.method.startswith(prefix):
+                return verb
+        return "get"
+
+
+NODES = Api("", "nodes", "core", "list_node")
+NAMESPACES = Api("", "namespaces", "core", "read_namespace")
+SERVICE_CIDRS = Api("networking.k8s.io", "servicecidrs", "networking", "list_service_cidr")
+SERVICES = Api("", "services", "core", "read_namespaced_service")
+DAEMON_SET = Api("apps", "daemonsets", "apps", "read_namespaced_daemon_set")
+PODS = Api("", "pods", "core", "list_namespaced_pod")
+CONFIG_MAPS = Api("", "configmaps", "core", "read_namespaced_config_map")
+SECRETS = Api("", "secrets", "core", "read_namespaced_secret")
+# `check --probe`: its pods in their own namespace (any name: each run's are new), their logs and the proxy's.
+PROBE_CREATE = Api("", "pods", "core", "create_namespaced_pod")
+PROBE_DELETE = Api("", "pods", "core", "delete_namespaced_pod")
+POD_LOGS = Api("", "pods/log", "core", "read_namespaced_pod_log")
+# The kinds the stack transform writes the env into (a Deployment's ReplicaSets and Pods follow its template).
+WORKLOADS: dict[str, Api] = {
+    "Deployment": Api("apps", "deployments", "apps", "list_namespaced_deployment"),
+    "StatefulSet": Api("apps", "statefulsets", "apps", "list_namespaced_stateful_set"),
+    "DaemonSet": Api("apps", "daemonsets", "apps", "list_namespaced_daemon_set"),
+    "Job": Api("batch", "jobs", "batch", "list_namespaced_job"),
+    "CronJob": Api("batch", "cronjobs", "batch", "list_namespaced_cron_job"),
+}
+
+
+class Access(NamedTuple):
+    """One request check makes: its API's verb, cluster-wide (namespace None) or in a namespace, of one name."""
+
+    api: Api
+    namespace: str | None = None
+    name: str | None = None
+
+
+@dataclass
+class Cluster:
+    """The API clients of one cluster, its server's URL, and the requests made through them."""
+
+    clients: dict[str, Any]  # "core", "apps", "batch", "networking" -> the client's API objects
+    server: str
+    requests: int = 0
+    accessed: set[Access] = field(default_factory=set)
+
+    def supports(self, api: Api) -> bool:
+        return hasattr(self.clients[api.client], api.method)
+
+    def _call(self, access: Access, **kwargs: Any) -> Any:
+        method = getattr(self.clients[access.api.client], access.api.method)
+        self.requests += 1
+        self.accessed.add(access)
+        if access.name is not None:
+            if access.namespace is None:  # a cluster-scoped object by name (the proxy's Namespace)
+                return method(access.name, **kwargs)
+            return method(access.name, access.namespace, **kwargs)
+        return method(**kwargs) if access.namespace is None else method(access.namespace, **kwargs)
+
+    def request(self, access: Access, *args: Any, **kwargs: Any) -> Any:
+        """One call of the access's method with these arguments (a name the access leaves open, a body)."""
+        method = getattr(self.clients[access.api.client], access.api.method)
+        self.requests += 1
+        self.accessed.add(access)
+        return method(*args, **kwargs)
+
+    def list(self, access: Access, **selectors: str) -> Iterator[Any]:
+        """Every item of a list call, page by page, as the client's models (the probe's few pods)."""
+        token: str | None = None
+        while True:
+            page = self._call(access, limit=PAGE, **({"_continue": token} if token else {}), **selectors)
+            yield from page.items
+            token = page.metadata._continue
+            if not token:
+                return
+
+    def _json(self, access: Access, **kwargs: Any) -> Obj:
+        """One call's response as the API server's JSON, parsed by the stdlib: the client's models cost several
+        times the parse per object (its deserializer builds and validates every nested field)."""
+        data = self._call(access, _preload_content=False, **kwargs).data
+        with _gc_paused():
+            return dict(json.loads(data))
+
+    def list_json(self, access: Access, **selectors: str) -> Iterator[Obj]:
+        """Every item of a list call, page by page, as the API server's JSON (camelCase keys, absent fields absent)."""
+        token: str | None = None
+        while True:
+            page = self._json(access, limit=PAGE, **({"_continue": token} if token else {}), **selectors)
+            yield from page.get("items") or []
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return
+
+    def served(self, group_version: str) -> set[str] | None:
+        """The resources the API server serves in a group/version (discovery, which every authenticated user may
+        read), empty when it serves no such group/version; None without a discovery client (tests' fakes)."""
+        api = self.clients.get("discovery")
+        if api is None:
+            return None
+        group, _, version = group_version.partition("/")
+        self.requests += 1
+        try:
+            found = api.get_api_resources(group, version)
+        except Exception as exc:
+            if getattr(exc, "status", None) == 404:
+                return set()
+            raise
+        return {str(r.name) for r in found.resources or []}
+
+    def get_json(self, access: Access) -> Obj | None:
+        """The named object as the API server's JSON, or None where it does not exist."""
+        try:
+            return self._json(access)
+        except Exception as exc:
+            if getattr(exc, "status", None) == 404:
+                return None
+            raise
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector paused, as while parsing a page: its objects are new dicts and lists without
+    cycles, and the collections their allocation triggers rescan every object alive (a page of pods is some
+    100,000), which took three times as long as the parse itself."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+_NO_KUBECONFIG = (
+    "no kubeconfig: --kubeconfig is not given, $KUBECONFIG is not set and ~/.kube/config does not exist, and this "
+    "is not a Pod (KUBERNETES_SERVICE_HOST is not set) (expected one of them)"
+)
+
+
+def _in_pod() -> bool:
+    """Like kubectl: no kubeconfig to read, and the variables kubelet gives every Pod."""
+    if os.environ.get("KUBECONFIG") or os.path.exists(os.path.expanduser("~/.kube/config")):
+        return False
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+
+
+def connect(kubeconfig: str | None = None, context: str | None = None) -> Cluster:
+    """A client for the cluster of the kubeconfig (default: $KUBECONFIG or ~/.kube/config) and context; in a Pod
+    without either, its service account (the in-cluster config)."""
+    try:
+        from kubernetes import client, config
+        from kubernetes.config.config_exception import ConfigException
+    except ImportError:
+        raise CheckError("the kubernetes client is not installed (pip install 'proxy-component[check]')") from None
+    if kubeconfig is None and context is None and _in_pod():
+        configuration = client.Configuration()
+        try:
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        except ConfigException as exc:
+            raise CheckError(f"in-cluster config (a Pod's service account): {exc}") from None
+        api = client.ApiClient(configuration)
+    else:
+        default = os.environ.get("KUBECONFIG") or os.path.exists(os.path.expanduser("~/.kube/config"))
+        if kubeconfig is None and not default:
+            raise CheckError(_NO_KUBECONFIG)
+        try:
+            api = config.new_client_from_config(config_file=kubeconfig, context=context)  # type: ignore[no-untyped-call]
+        except ConfigException as exc:
+            raise CheckError(f"kubeconfig {kubeconfig or '(default)'}: {exc}") from None
+        except OSError as exc:
+            raise CheckError(f"kubeconfig {kubeconfig or '(default)'}: cannot read ({exc.strerror})") from None
+    clients = {
+        "core": client.CoreV1Api(api),
+        "apps": client.AppsV1Api(api),
+        "batch": client.BatchV1Api(api),
+        "networking": client.NetworkingV1Api(api),
+        "discovery": client.CustomObjectsApi(api),  # get_api_resources: GET /apis/<group>/<version>
+    }
+    return Cluster(clients, server=redact_url(str(api.configuration.host)))
+
+
+def _status_message(exc: Exception) -> str:
+    """The API server's own message of a failed request (it names the verb, resource, namespace and user)."""
+    body = getattr(exc, "body", None)
+    try:
+        message = json.loads(body)["message"] if body else ""
+    except (ValueError, TypeError, KeyError):
+        message = ""
+    return str(message or getattr(exc, "reason", "") or "")
+
+
+def explain(exc: Exception, cluster: Cluster) -> CheckError | None:
+    """A CheckError for an API or connection failure; None for anything else (a bug, to surface as one)."""
+    status = getattr(exc, "status", None)
+    if status == 401:
+        return CheckError(
+            f"{cluster.server}: 401 Unauthorized: the API server does not accept these credentials (a wrong or "
+            "expired token, or a client certificate it does not trust): renew them (e.g. kubectl create token) or "
+            "choose another --kubeconfig or --context"
+        )
+    if status == 403:
+        return CheckError(
+            f"{cluster.server}: 403 Forbidden: {_status_message(exc)}: check needs the roles that "
+            "`proxy-component render CONFIG --format check-rbac` writes (with --probe for check --probe), bound to "
+            "this identity"
+        )
+    if status is not None:
+        return CheckError(f"{cluster.server}: the API server answered {status} {getattr(exc, 'reason', '')}")
+    name = type(exc).__name__
+    if name in ("MaxRetryError", "NewConnectionError", "ProtocolError", "ConnectionRefusedError") or isinstance(
+        exc, OSError
+    ):
+        return CheckError(f"{cluster.server}: cannot reach the API server ({name}); check --kubeconfig and --context")
+    return None
+
+
+_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^\s/'\"]*@")
+
+
+def scrub(text: str, settings: Settings) -> str:
+    """`text` (e.g. a traceback) without credentials: any URL's userinfo, and the settings' passwords anywhere."""
+    secrets: set[str] = set()
+    urls = (settings.http_proxy, settings.https_proxy, settings.node_http_proxy, settings.node_https_proxy)
+    for url in urls:
+        if url:
+            password = urlsplit(url).password
+            secrets |= {password, unquote(password)} if password else set()
+    upstream = settings.proxy.upstream
+    credentials = upstream.credentials if upstream else None
+    if credentials and credentials[1]:
+        secrets |= {credentials[1]}
+    text = _USERINFO.sub(r"\1***@", text)
+    for secret in sorted(secrets, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
