@@ -1,0 +1,49 @@
+"""The values digest: what it covers, that it is stable, and that credentials are not cheap to guess from it."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy_component.render import plain_values
+from proxy_component.render.digest import settings_digest, values_digest
+from proxy_component.settings import parse_settings
+
+BASE = {"cluster": {"name": "c1", "podCidrs": ["10.0.0.0/16"], "serviceCidrs": ["10.96.0.0/12"]}}
+
+
+def test_same_settings_same_digest_and_each_value_changes_it() -> None:
+    first = settings_digest(parse_settings(BASE))
+    assert first == settings_digest(parse_settings(BASE))
+    assert len(first) == 16 and int(first, 16) >= 0
+    more = {**BASE, "proxy": {"noProxy": ["internal.example"]}}
+    assert settings_digest(parse_settings(more)) != first, "a NO_PROXY entry is a new digest"
+
+
+@pytest.mark.parametrize("field", ["http_proxy", "https_proxy", "no_proxy", "no_proxy_python", "java_options"])
+def test_every_rendering_is_covered(field: str) -> None:
+    values = plain_values(parse_settings(BASE))
+    from dataclasses import replace
+
+    changed = replace(values, **{field: "other"})
+    assert values_digest(changed, None, False) != values_digest(values, None, False)
+
+
+def test_the_trusted_ca_is_covered() -> None:
+    values = plain_values(parse_settings(BASE))
+    assert values_digest(values, "-----BEGIN CERTIFICATE-----\nA\n", False) != values_digest(values, None, False)
+
+
+def test_with_credentials_the_digest_is_scrypt_not_sha256() -> None:
+    import hashlib
+
+    values = plain_values(parse_settings(BASE))
+    plain = values_digest(values, None, False)
+    hard = values_digest(values, None, True)
+    assert hard != plain
+    content = "\0".join(
+        "" if v is None else str(v)
+        for v in (values.http_proxy, values.https_proxy, values.no_proxy, values.no_proxy_python,
+                  values.java_options, values.java_trust_options, None)
+    ).encode()  # fmt: skip
+    assert plain == hashlib.sha256(content).hexdigest()[:16]
+    assert hard == hashlib.scrypt(content, salt=b"proxy-component/values", n=2**14, r=8, p=1, dklen=32).hex()[:16]
