@@ -644,7 +644,7 @@ DEFAULT_FIREWALL_DENY: tuple[str, ...] = (
 
 # The images the DaemonSet runs by default: the project's own (proxy_component/image.py, built by scripts/image), for
 # both containers and the probe pods, tagged with its tinyproxy's Debian version. Why the digest pin is yours to
-# add, as `image:tag@sha256:...`, is in the README's "Images".
+# add, as `image:tag@sha256:...`, is in docs/guides/images.md.
 DEFAULT_IMAGE = OWN_IMAGE
 DEFAULT_FIREWALL_IMAGE = OWN_IMAGE
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")

@@ -234,7 +234,7 @@ def test_the_probe_pod_takes_the_same_scheduling_and_is_admitted_in_its_namespac
 def test_system_node_critical_outside_kube_system_is_admitted_by_a_cluster_that_does_not_limit_it(
     cluster: Cluster, tmp_path: Path
 ) -> None:
-    """Kubernetes itself admits the default class in any namespace (GKE limits it with a ResourceQuota: README)."""
+    """Kubernetes itself admits the default class in any namespace (GKE limits it with a ResourceQuota: docs/guides/images.md)."""
     settings = dict(SETTINGS, deployment={"namespace": "egress"})
     path = tmp_path / "egress.yaml"
     path.write_text(yaml.safe_dump(settings))
@@ -267,7 +267,7 @@ plugins:
       matchScopes:
       - {scopeName: PriorityClass, operator: In, values: [system-node-critical, system-cluster-critical]}
 """
-# The README's ResourceQuota, for the proxy's namespace.
+# The ResourceQuota of docs/guides/images.md, for the proxy's namespace.
 QUOTA = """\
 apiVersion: v1
 kind: ResourceQuota
@@ -307,8 +307,8 @@ def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 def test_where_critical_classes_are_limited_the_readmes_quota_lets_the_proxy_run_outside_kube_system(
     limited: Cluster, tmp_path: Path
 ) -> None:
-    """As the README says for GKE: outside kube-system, system-node-critical pods are refused until a ResourceQuota
-    covers the class; `check` reports the missing pods meanwhile; the README's ResourceQuota makes them run."""
+    """As docs/guides/images.md says for GKE: outside kube-system, system-node-critical pods are refused until a ResourceQuota
+    covers the class; `check` reports the missing pods meanwhile; the guide's ResourceQuota makes them run."""
     path = tmp_path / "egress.yaml"
     path.write_text(yaml.safe_dump(dict(SETTINGS, deployment={"namespace": "egress"})))
     rendered = subprocess.run(

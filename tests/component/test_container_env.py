@@ -151,7 +151,7 @@ def test_with_credentials_the_runtime_env_reads_the_secret_and_nothing_is_secret
 
 
 def test_asking_opts_in_where_the_transform_stays_away(mocked: Harness) -> None:
-    """kube-system is excluded from injection; container_env for it still gives the env, as the README says."""
+    """kube-system is excluded from injection; container_env for it still gives the env, as docs/guides/other-languages.md says."""
     proxy = ClusterProxy("egress", ClusterProxyArgs(settings=PLAIN))
     got = mocked.value(proxy.container_env("kube-system"))
     assert [e["name"] for e in got["env"]] == ["HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "NO_PROXY",

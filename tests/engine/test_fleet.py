@@ -47,7 +47,7 @@ CLUSTERS = {
 
 
 def _merged(name: str, password: str) -> dict[str, Any]:
-    """What a cluster's settings must come to, written out by hand from the rules in the README."""
+    """What a cluster's settings must come to, written out by hand from the merge rules in docs/guides/fleet.md."""
     upstream = {**INSTALLATION["proxy"]["upstream"], "password": password}
     return {
         "proxy": {"upstream": upstream, "noProxy": [".corp.example", "registry.corp.example", f".{name}.internal"]},

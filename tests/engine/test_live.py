@@ -1,7 +1,7 @@
 """The stack program under the real engine against the test cluster (pytest -m "engine or cluster"): etcd,
 kube-apiserver, controller-manager and scheduler built from Kubernetes' Go modules with three kwok nodes, all on
 127.0.0.1 (scripts/cluster). `pulumi up`, `refresh`, drift repair, `check` and `destroy`, then adopting
-objects made beforehand with kubectl: by `adoptExisting` and by the README's `pulumi import` commands.
+objects made beforehand with kubectl: by `adoptExisting` and by the upgrades guide's `pulumi import` commands.
 """
 
 from __future__ import annotations
@@ -281,14 +281,14 @@ def test_a_default_provider_stack_moves_to_the_one_explicit_provider_and_adopt_t
     project.run("destroy", "--yes", "--skip-preview")
 
 
-def readme_import_commands() -> str:
-    """The README's `pulumi import` block, as written."""
-    text = (ROOT / "README.md").read_text()
+def guide_import_commands() -> str:
+    """The upgrades guide's `pulumi import` block (docs/guides/upgrades.md), as written."""
+    text = (ROOT / "docs/guides/upgrades.md").read_text()
     block = text.split("<!-- import-commands:", 1)[1].split("```sh\n", 1)[1]
     return block.split("```", 1)[0]
 
 
-def test_the_readme_import_commands_take_over_objects_made_with_kubectl(
+def test_the_guides_import_commands_take_over_objects_made_with_kubectl(
     project_factory: Any, cluster: Cluster, tmp_path: Path
 ) -> None:
     settings = {"cluster": SETTINGS["cluster"], "namespaces": ["default"]}
@@ -300,7 +300,7 @@ def test_the_readme_import_commands_take_over_objects_made_with_kubectl(
 
     project = stack(project_factory, cluster, "imported", settings)
     script = tmp_path / "import.sh"
-    script.write_text("set -euo pipefail\n" + readme_import_commands())
+    script.write_text("set -euo pipefail\n" + guide_import_commands())
     result = subprocess.run(
         ["bash", str(script)], cwd=project.dir, env=project.env, capture_output=True, text=True, timeout=900
     )

@@ -172,12 +172,12 @@ def test_without_the_deployment_neither_images_nor_pod_security_are_read() -> No
     assert kinds.isdisjoint({"image-mutable-tag", "pod-security-too-strict"}), kinds
 
 
-# --- how many requests check makes: the README's formula against the count of check_cluster's own requests ---------
+# --- how many requests check makes: the check guide's formula against the count of check_cluster's own requests ----
 
 
-def _readme_formula() -> list[int]:
-    """The numbers of the README's request-count paragraph, in the order it states them."""
-    text = (ROOT / "README.md").read_text().split("<!-- request-count:", 1)[1].split("-->", 1)[1]
+def _guide_formula() -> list[int]:
+    """The numbers of the check guide's request-count paragraph (docs/guides/check.md), in the order it states them."""
+    text = (ROOT / "docs/guides/check.md").read_text().split("<!-- request-count:", 1)[1].split("-->", 1)[1]
     paragraph = " ".join(text.strip().split("\n\n", 1)[0].split())
     pattern = (
         r"It makes (\d+) requests \(a third where ServiceCIDRs cannot be listed\), (\d+) more for the in-cluster "
@@ -187,7 +187,7 @@ def _readme_formula() -> list[int]:
         r"(\d+) for two\."
     )
     found = re.fullmatch(pattern, paragraph)
-    assert found, f"the README's request-count paragraph no longer reads as the test expects: {paragraph}"
+    assert found, f"the check guide's request-count paragraph no longer reads as the test expects: {paragraph}"
     return [int(n) for n in found.groups()]
 
 
@@ -235,8 +235,8 @@ REQUEST_CASES: dict[str, dict[str, Any]] = {
 
 @pytest.mark.parametrize("service_cidrs", [True, False], ids=["servicecidrs", "no-servicecidrs"])
 @pytest.mark.parametrize("case", sorted(REQUEST_CASES))
-def test_the_readmes_request_count_is_the_number_check_makes(case: str, service_cidrs: bool) -> None:
-    base, proxy, config, trust, discovery, lists, admitted_lists, one, two = _readme_formula()
+def test_the_check_guides_request_count_is_the_number_check_makes(case: str, service_cidrs: bool) -> None:
+    base, proxy, config, trust, discovery, lists, admitted_lists, one, two = _guide_formula()
     settings = parse_settings(REQUEST_CASES[case])
     cluster = _counting(settings, service_cidrs=service_cidrs)
     check_cluster(settings, cluster)
@@ -255,8 +255,10 @@ def test_the_readmes_request_count_is_the_number_check_makes(case: str, service_
         assert cluster.requests == (one if case == "one namespace" else two)
 
 
-def test_the_readmes_cluster_role_row_names_every_rule_check_rbac_renders() -> None:
-    row = next(line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| ClusterRole |"))
+def test_the_check_guides_cluster_role_row_names_every_rule_check_rbac_renders() -> None:
+    row = next(
+        line for line in (ROOT / "docs/guides/check.md").read_text().splitlines() if line.startswith("| ClusterRole |")
+    )
     for case in REQUEST_CASES.values():
         (role,) = [o for o in rbac_objects(parse_settings(case)) if o["kind"] == "ClusterRole"]
         for rule in role["rules"]:

@@ -63,7 +63,7 @@ def test_the_changelog_opens_with_the_version_pyproject_declares() -> None:
     "example",
     ["examples/yaml/Pulumi.yaml", "examples/typescript/index.ts", "examples/go/go.mod", "examples/go/main.go"],
 )
-def test_the_readme_shows_each_language_example_as_the_tests_run_it(example: str) -> None:
-    readme = (ROOT / "README.md").read_text()
-    block = readme.split(f"<!-- example: {example} -->\n", 1)[1].split("\n", 1)[1].split("```\n", 1)[0]
+def test_the_guide_shows_each_language_example_as_the_tests_run_it(example: str) -> None:
+    guide = (ROOT / "docs/guides/other-languages.md").read_text()
+    block = guide.split(f"<!-- example: {example} -->\n", 1)[1].split("\n", 1)[1].split("```\n", 1)[0]
     assert block == (ROOT / example).read_text()
