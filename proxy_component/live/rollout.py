@@ -48,7 +48,7 @@ ROLLOUT_ROLE = (
     "rollout --capi, in the management cluster), bound to this identity"
 )
 MAX_CONCURRENT = (1, 100)  # the accepted range of --max-concurrent
-POLL = 2.0  # seconds between two looks at what is rolling
+POLL = 1.0  # seconds between two looks at what is rolling
 REASON_WIDTH = 110  # a pod's reason is shortened to this many characters in the plan
 
 
@@ -382,11 +382,14 @@ class Runner:
     timeout: float = 600.0
     pdb_timeout: float = 300.0
     progress: Callable[[str], None] = lambda line: None
-    sleep: Callable[[float], None] = time.sleep
-    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] | None = None  # default: time.sleep, looked up when called
+    clock: Callable[[], float] | None = None  # default: time.monotonic
     now: Callable[[], str] = _utc_now
     poll: float = POLL
     outcomes: list[Outcome] = field(default_factory=list)
+
+    def _clock(self) -> float:
+        return (self.clock or time.monotonic)()
 
     def run(self) -> list[Outcome]:
         """Every step's outcome, wave by wave; raises RolloutInterruptedError on Ctrl-C, CheckError on an API failure."""
@@ -403,7 +406,7 @@ class Runner:
                             self._advance(item, budgets)
                     if all(item.phase == "finished" for item in running):
                         break
-                    self.sleep(self.poll)
+                    (self.sleep or time.sleep)(self.poll)
                 running = []
         except KeyboardInterrupt:
             in_progress = [item.step.owner.ref for item in running if item.phase != "finished" and item.started]
@@ -418,10 +421,12 @@ class Runner:
     def _start(self, step: Step) -> _Running:
         if step.action == "wait":
             self.progress(f"{step.owner.ref}: restarted for this configuration by an earlier run: waiting for it")
-            return _Running(step, "rolling", self.clock(), self.clock() + self.timeout)
+            return _Running(step, "rolling", self._clock(), self._clock() + self.timeout)
         if step.action == "evict":
-            return _Running(step, "evict", self.clock(), self.clock() + self.timeout, [p.name for p in step.owner.pods])
-        return _Running(step, "pdb", self.clock())
+            return _Running(
+                step, "evict", self._clock(), self._clock() + self.timeout, [p.name for p in step.owner.pods]
+            )
+        return _Running(step, "pdb", self._clock())
 
     def _finish(self, item: _Running, status: str, detail: str = "") -> None:
         item.phase = "finished"
@@ -446,7 +451,7 @@ class Runner:
         blocking = _blocking(budgets[owner.namespace], dict(item.step.labels))
         if blocking:
             names = ", ".join(f"PDB {_ref(p)}" for p in blocking)
-            if self.clock() - item.since >= self.pdb_timeout:
+            if self._clock() - item.since >= self.pdb_timeout:
                 self._finish(item, "blocked", f"blocked by {names}: it allowed no disruption for "
                                               f"{self.pdb_timeout:g} s (not restarted)")  # fmt: skip
             elif item.said != names:
@@ -460,7 +465,7 @@ class Runner:
             field_manager=FIELD_MANAGER, _content_type=STRATEGIC_MERGE, _preload_content=False,
         )  # fmt: skip
         self.progress(f"{owner.ref}: restarting")
-        item.phase, item.deadline, item.said = "rolling", self.clock() + self.timeout, ""
+        item.phase, item.deadline, item.said = "rolling", self._clock() + self.timeout, ""
 
     def _read(self, kind: str, namespace: str, name: str) -> Obj | None:
         try:
@@ -484,7 +489,7 @@ class Runner:
             self._finish(item, "restarted", "complete and available")
         elif state == "failed":
             self._finish(item, "failed", message)
-        elif self.clock() >= item.deadline:
+        elif self._clock() >= item.deadline:
             self._finish(item, "failed", f"not complete after {self.timeout:g} s (--timeout): {message}")
 
     def _evicting(self, item: _Running) -> None:
@@ -495,10 +500,10 @@ class Runner:
             name, uid = item.evicted
             pod = self._read("Pod", owner.namespace, name)
             if pod is not None and pod["metadata"].get("uid") == uid:
-                if self.clock() >= item.deadline:
+                if self._clock() >= item.deadline:
                     self._finish(item, "failed", f"pod {name} still there {self.timeout:g} s after its eviction")
                 return
-            item.evicted, item.since, item.deadline = None, self.clock(), self.clock() + self.timeout
+            item.evicted, item.since, item.deadline = None, self._clock(), self._clock() + self.timeout
         if owner.kind == "ReplicaSet":
             replica_set = self._read("ReplicaSet", owner.namespace, owner.name)
             if replica_set is None:
@@ -506,7 +511,7 @@ class Runner:
                 return
             state, message = rollout_status("ReplicaSet", replica_set)
             if state != "done":
-                if self.clock() >= item.deadline:
+                if self._clock() >= item.deadline:
                     self._finish(item, "failed", f"not available after {self.timeout:g} s (--timeout): {message}")
                 return
         if not item.pods:
@@ -529,7 +534,7 @@ class Runner:
             if status != 429:
                 raise
             reason = _refusal(exc)
-            if self.clock() - item.since >= self.pdb_timeout:
+            if self._clock() - item.since >= self.pdb_timeout:
                 self._finish(item, "blocked", f"eviction of pod {name} refused for {self.pdb_timeout:g} s: {reason} "
                                               "(not evicted, never deleted)")  # fmt: skip
             elif item.said != reason:
@@ -540,7 +545,7 @@ class Runner:
         item.pods.pop(0)
         item.evicted, item.deadline, item.said = (
             (name, str(pod["metadata"].get("uid"))),
-            self.clock() + self.timeout,
+            self._clock() + self.timeout,
             "",
         )
 
