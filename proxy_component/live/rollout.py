@@ -460,10 +460,16 @@ class Runner:
             return
         body = {"spec": {"template": {"metadata": {"annotations": {
             RESTARTED_AT: self.now(), RESTARTED_FOR: self.plan.target}}}}}  # fmt: skip
-        self.cluster.request(
-            Access(RESTARTED[owner.kind], owner.namespace), owner.name, owner.namespace, body,
-            field_manager=FIELD_MANAGER, _content_type=STRATEGIC_MERGE, _preload_content=False,
-        )  # fmt: skip
+        try:
+            self.cluster.request(
+                Access(RESTARTED[owner.kind], owner.namespace), owner.name, owner.namespace, body,
+                field_manager=FIELD_MANAGER, _content_type=STRATEGIC_MERGE, _preload_content=False,
+            )  # fmt: skip
+        except Exception as exc:
+            if getattr(exc, "status", None) != 404:
+                raise
+            self._finish(item, "gone", f"the {owner.kind} was deleted before its restart")
+            return
         self.progress(f"{owner.ref}: restarting")
         item.phase, item.deadline, item.said = "rolling", self._clock() + self.timeout, ""
 

@@ -829,3 +829,15 @@ def test_an_api_error_while_applying_is_explained_not_a_traceback(settings: Sett
         _runner(settings, world, cluster, plan).run()
     assert "403 Forbidden" in str(caught.value)
     assert "--format rollout-rbac" in str(caught.value)
+
+
+def test_an_owner_deleted_before_its_restart_is_gone_not_an_error(settings: Settings) -> None:
+    world = _fleet(settings, deployments=2, statefulsets=0)
+    cluster = _cluster(world)
+    plan = plan_rollout(settings, cluster)
+    del world.objects[("Deployment", "apps", "d00")]
+    outcomes = _runner(settings, world, cluster, plan).run()
+    assert [(o.ref, o.status, o.detail) for o in outcomes] == [
+        ("Deployment apps/d00", "gone", "the Deployment was deleted before its restart"),
+        ("Deployment web/d01", "restarted", "complete and available"),
+    ]
