@@ -278,7 +278,9 @@ def test_the_plan_lists_stale_owners_in_waves_and_changes_nothing(settings: Sett
         ["Deployment web/d05"],
     ]
     assert {s.action for s in plan.steps} == {"restart"}
-    assert plan.steps[0].why == f"2 pods: values-digest {OLD} is not the current {world.target}"
+    reason = plan.steps[0].owner.pods[0].reason
+    assert OLD[:4] in reason, "the stale pods' reason names their digest"
+    assert plan.steps[0].why == f"2 pods: {reason}", "two pods, one reason: said once"
     assert world.patches == []
     assert world.evictions == []
     assert all(a.api.verb in ("get", "list") for a in cluster.accessed)
@@ -654,12 +656,13 @@ def test_the_plan_is_exit_1_when_something_is_stale_and_0_when_nothing_is(
     assert main(["rollout", str(config), "--max-concurrent", "2"]) == 1
     out, err = capsys.readouterr()
     target = connected.target
+    reason = stale_owners(parse_settings(BASE), _cluster(connected))[0].pods[0].reason
     assert out == (
         "wave 1 (2 owner(s)):\n"
-        f"  restart  Deployment apps/d00: 2 pods: values-digest {OLD} is not the current {target}\n"
-        f"  restart  Deployment apps/d02: 2 pods: values-digest {OLD} is not the current {target}\n"
+        f"  restart  Deployment apps/d00: 2 pods: {reason}\n"
+        f"  restart  Deployment apps/d02: 2 pods: {reason}\n"
         "wave 2 (1 owner(s)):\n"
-        f"  restart  Deployment web/d01: 2 pods: values-digest {OLD} is not the current {target}\n"
+        f"  restart  Deployment web/d01: 2 pods: {reason}\n"
     )
     assert err.startswith("proxy-component rollout: https://127.0.0.1:6443: 3 stale owner(s): 3 to restart in 2 "
                           "wave(s) of at most 2, 0 listed only; a plan: --apply carries it out (")  # fmt: skip
@@ -841,3 +844,12 @@ def test_an_owner_deleted_before_its_restart_is_gone_not_an_error(settings: Sett
         ("Deployment apps/d00", "gone", "the Deployment was deleted before its restart"),
         ("Deployment web/d01", "restarted", "complete and available"),
     ]
+
+
+def test_why_says_each_reason_once_with_its_count_commonest_first_and_shortened() -> None:
+    from proxy_component.live.rollout import why
+    from proxy_component.live.stale import StalePod
+
+    long = "started 2026-11-26T06:00:00Z, before proxy-config changed at 2026-11-26T07:00:00Z " + "x" * 60
+    pods = [StalePod("a", "values-digest 1 is not the current 2"), StalePod("b", long), StalePod("c", long)]
+    assert why(pods) == f"2 pods: {long[:109]}…; 1 pod: values-digest 1 is not the current 2"
