@@ -462,6 +462,17 @@ def _rollout(args: argparse.Namespace) -> int:
     from .live.rollout import RolloutInterruptedError, Runner, capi_plan, plan_rollout
 
     settings = _load(args.config, args)
+    if args.namespace:
+        from .live.access import workload_namespaces
+
+        judged = workload_namespaces(settings)
+        for name in args.namespace:
+            if name not in judged:
+                raise ValueError(
+                    f"--namespace: {name!r} is not a namespace these settings judge (expected some of: "
+                    f"{', '.join(judged) or 'none'}; the namespaces of `namespaces`, outside "
+                    "injection.excludeNamespaces)"
+                )
     previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM as SIGINT: stop starting work, say where it is
     outcomes: list[Any] = []
     try:

@@ -540,10 +540,13 @@ def test_the_role_covers_exactly_the_requests_a_run_made(settings: Settings) -> 
         world._settle("ReplicaSet", world.objects[("ReplicaSet", namespace, f"rs-{namespace}")])
         world.pod(namespace, f"rs-{namespace}-0", {"app": f"rs-{namespace}"}, ("ReplicaSet", f"rs-{namespace}"))
         world.add("ConfigMap", namespace, "proxy-config", data={})
+        world.add("Job", namespace, f"job-{namespace}")  # listed, never restarted: its Jobs are read
+        world.pod(namespace, f"job-{namespace}-x", {"job": namespace}, ("Job", f"job-{namespace}"))
     cluster = _cluster(world)
     plan = plan_rollout(settings, cluster)
     outcomes = _runner(settings, world, cluster, plan).run()
     assert {o.status for o in outcomes} == {"restarted", "evicted"}
+    assert [item.owner.ref for item in plan.listed] == ["Job apps/job-apps", "Job web/job-web"]
     granted = set(rollout_accesses(settings))
     assert cluster.accessed <= granted
     assert granted - cluster.accessed == set(), "every grant is used by some run"
@@ -853,3 +856,14 @@ def test_why_says_each_reason_once_with_its_count_commonest_first_and_shortened(
     long = "started 2026-11-26T06:00:00Z, before proxy-config changed at 2026-11-26T07:00:00Z " + "x" * 60
     pods = [StalePod("a", "values-digest 1 is not the current 2"), StalePod("b", long), StalePod("c", long)]
     assert why(pods) == f"2 pods: {long[:109]}…; 1 pod: values-digest 1 is not the current 2"
+
+
+def test_a_namespace_the_settings_do_not_judge_is_refused(
+    config: Path, connected: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["rollout", str(config), "--namespace", "apps,kube-system", "--apply"]) == 2
+    assert capsys.readouterr().err == (
+        "proxy-component: --namespace: 'kube-system' is not a namespace these settings judge (expected some of: "
+        "apps, web; the namespaces of `namespaces`, outside injection.excludeNamespaces)\n"
+    )
+    assert connected.patches == []
