@@ -208,49 +208,52 @@ def plan_rollout(
 ) -> Plan:
     """The stale owners, in waves of at most `max_concurrent`, and those only listed (see the module's docstring)."""
     try:
-        owners = stale_owners(settings, cluster, namespaces, selector)
-        target = current_target(settings)
-        objects: dict[tuple[str, str, str], Obj] = {}
-        read: set[tuple[str, str]] = set()
-        for owner in owners:
-            if (
-                owner.restartable
-                and owner.kind in (*RESTARTED, "ReplicaSet")
-                and (owner.namespace, owner.kind) not in read
-            ):
-                read.add((owner.namespace, owner.kind))
-                api = REPLICA_SETS if owner.kind == "ReplicaSet" else WORKLOADS[owner.kind]
-                for item in cluster.list_json(Access(api, owner.namespace)):
-                    objects[(owner.namespace, owner.kind, item["metadata"]["name"])] = item
-        steps: list[Step] = []
-        listed: list[Listed] = []
-        budgets: dict[str, list[Obj]] = {}
-        for owner in owners:
-            obj = objects.get((owner.namespace, owner.kind, owner.name))
-            reason = _not_restartable(owner, obj, target)
-            if reason:
-                listed.append(Listed(owner, reason))
-                continue
-            if owner.kind == "Pod":
-                steps.append(Step(owner, "evict"))
-                continue
-            assert obj is not None
-            labels = tuple(sorted(((_template(obj).get("metadata") or {}).get("labels") or {}).items()))
-            if owner.namespace not in budgets:
-                budgets[owner.namespace] = list(cluster.list_json(Access(PDBS, owner.namespace)))
-            blocking = tuple(_ref(p) for p in _blocking(budgets[owner.namespace], dict(labels)))
-            if owner.kind == "ReplicaSet":
-                action = "evict"
-            elif _template_annotations(obj).get(RESTARTED_FOR) == target:
-                action = "wait"
-            else:
-                action = "restart"
-            steps.append(Step(owner, action, labels, blocking))
+        with cluster.remembering():  # one snapshot: stale's ReplicaSets are the plan's too
+            return _plan(settings, cluster, namespaces, selector, max_concurrent)
     except Exception as exc:
         error = explain(exc, cluster, ROLLOUT_ROLE)
         if error is None:
             raise
         raise error from None
+
+
+def _plan(
+    settings: Settings, cluster: Cluster, namespaces: Sequence[str] | None, selector: str | None, max_concurrent: int
+) -> Plan:
+    owners = stale_owners(settings, cluster, namespaces, selector)
+    target = current_target(settings)
+    objects: dict[tuple[str, str, str], Obj] = {}
+    read: set[tuple[str, str]] = set()
+    for owner in owners:
+        if owner.restartable and owner.kind in (*RESTARTED, "ReplicaSet") and (owner.namespace, owner.kind) not in read:
+            read.add((owner.namespace, owner.kind))
+            api = REPLICA_SETS if owner.kind == "ReplicaSet" else WORKLOADS[owner.kind]
+            for item in cluster.list_json(Access(api, owner.namespace)):
+                objects[(owner.namespace, owner.kind, item["metadata"]["name"])] = item
+    steps: list[Step] = []
+    listed: list[Listed] = []
+    budgets: dict[str, list[Obj]] = {}
+    for owner in owners:
+        obj = objects.get((owner.namespace, owner.kind, owner.name))
+        reason = _not_restartable(owner, obj, target)
+        if reason:
+            listed.append(Listed(owner, reason))
+            continue
+        if owner.kind == "Pod":
+            steps.append(Step(owner, "evict"))
+            continue
+        assert obj is not None
+        labels = tuple(sorted(((_template(obj).get("metadata") or {}).get("labels") or {}).items()))
+        if owner.namespace not in budgets:
+            budgets[owner.namespace] = list(cluster.list_json(Access(PDBS, owner.namespace)))
+        blocking = tuple(_ref(p) for p in _blocking(budgets[owner.namespace], dict(labels)))
+        if owner.kind == "ReplicaSet":
+            action = "evict"
+        elif _template_annotations(obj).get(RESTARTED_FOR) == target:
+            action = "wait"
+        else:
+            action = "restart"
+        steps.append(Step(owner, action, labels, blocking))
     size = max_concurrent
     waves = tuple(tuple(steps[i : i + size]) for i in range(0, len(steps), size))
     return Plan(target, max_concurrent, waves, tuple(listed))
