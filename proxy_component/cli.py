@@ -557,7 +557,8 @@ def _print_rollout(args: argparse.Namespace, plan: Any, outcomes: Sequence[Any])
                 print(f"  wait     {step.owner.ref}: restarted for this configuration by an earlier run; waits until "
                       f"it is complete{blocking}")  # fmt: skip
             else:
-                print(f"  {step.action:<8} {step.owner.ref}: {step.why}{blocking}")
+                bare = " [a bare Pod: evicting ends it, nothing recreates it]" if step.owner.kind == "Pod" else ""
+                print(f"  {step.action:<8} {step.owner.ref}: {step.why}{blocking}{bare}")
     if plan.listed:
         print("not restarted:")
         for item in plan.listed:

@@ -867,3 +867,22 @@ def test_a_namespace_the_settings_do_not_judge_is_refused(
         "apps, web; the namespaces of `namespaces`, outside injection.excludeNamespaces)\n"
     )
     assert connected.patches == []
+
+
+def test_the_plan_says_what_waits_what_a_pdb_holds_and_that_a_bare_pod_is_not_recreated(
+    config: Path, connected: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    connected.objects[("Deployment", "web", "d01")]["spec"]["template"]["metadata"]["annotations"] = {
+        RESTARTED_FOR: connected.target
+    }
+    connected.pdb("apps", "d00-pdb", {"app": "d00"}, 0)
+    connected.pod("apps", "debug", {"app": "debug"})
+    assert main(["rollout", str(config)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].endswith(" [now blocked by PDB apps/d00-pdb: waits up to --pdb-timeout]")
+    assert lines[1].startswith("  restart  Deployment apps/d00: 2 pods: ")
+    assert lines[3].startswith("  evict    Pod apps/debug: 1 pod: ")
+    assert lines[3].endswith(" [a bare Pod: evicting ends it, nothing recreates it]")
+    assert lines[4] == (
+        "  wait     Deployment web/d01: restarted for this configuration by an earlier run; waits until it is complete"
+    )
