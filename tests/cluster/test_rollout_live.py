@@ -48,6 +48,7 @@ namespaces: [{", ".join(NAMESPACES)}]
 CHANGED = SETTINGS + "proxy:\n  noProxy: [registry.corp.example]\n"
 DEPLOYMENTS, STATEFULSETS, WAVE = 50, 10, 5
 BLOCKED = ("r-b", "d049")  # its PDB allows no disruption
+SLOW = "d030"  # in r-a's third wave (r-a's Deployments d000, d003, ... come first)
 PDB_TIMEOUT = 8
 Obj = dict[str, Any]
 
@@ -76,6 +77,8 @@ def _workloads(keys: list[str]) -> list[Obj]:
         }
         if kind == "StatefulSet":
             spec.update(serviceName=name, podManagementPolicy="Parallel")
+        if name == SLOW:
+            spec["minReadySeconds"] = 20  # its rollout lasts 20 s at least: the interrupt lands mid-wave
         objects.append({"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": name, "namespace": namespace},
                         "spec": spec})  # fmt: skip
         if i % 10 == 1 or (namespace, name) == BLOCKED:  # some with budgets; one allows no disruption
@@ -122,7 +125,8 @@ class Live:
         found: dict[tuple[str, str, str], Obj] = {}
         for kind in ("Deployment", "StatefulSet"):
             items = json.loads(self.kubectl("get", kind.lower() + "s", "-A", "-o", "json"))["items"]
-            found |= {(kind, o["metadata"]["namespace"], o["metadata"]["name"]): o for o in items}
+            found |= {(kind, o["metadata"]["namespace"], o["metadata"]["name"]): o for o in items
+                      if o["metadata"]["namespace"] in NAMESPACES}  # fmt: skip
         return found
 
 
@@ -159,6 +163,8 @@ class Recorder:
             stream = self.watch.Watch()  # type: ignore[no-untyped-call]
             for event in stream.stream(method, resource_version=version, timeout_seconds=30):  # type: ignore[no-untyped-call]
                 raw = event["raw_object"]
+                if event["type"] == "ERROR":  # e.g. 410 Gone: the test fails on the missing events, not silently
+                    raise AssertionError(f"watch of {kind}: {raw}")
                 version = raw["metadata"]["resourceVersion"]
                 with self.lock:
                     self.events.append((int(version), kind, raw))
@@ -271,7 +277,11 @@ def test_rollout_restarts_stale_owners_in_waves_waits_on_a_pdb_and_resumes_after
     # 1. Interrupted mid-wave: once the third wave is being restarted.
     proc = subprocess.Popen(live.rollout(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     try:
-        _wait(lambda: recorder.restarted(target) > 2 * WAVE, "the third wave restarted", timeout=300)
+        deadline = time.monotonic() + 300
+        while recorder.restarted(target) <= 2 * WAVE:  # the third wave restarted (its SLOW owner takes 20 s)
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "timed out waiting: the third wave"
+            time.sleep(0.1)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
     finally:
@@ -281,6 +291,7 @@ def test_rollout_restarts_stale_owners_in_waves_waits_on_a_pdb_and_resumes_after
     stopped = re.search(r"interrupted: (\d+) restarted, (\d+) in progress; run again to continue\n$", err)
     assert stopped, err
     assert int(stopped.group(2)) >= 1, f"interrupted mid-wave: {err}"
+    assert int(stopped.group(1)) >= 2 * WAVE - 1, err  # the first two waves (the bare pod may be among them)
     patched_at_interrupt = recorder.restarted(target)
 
     # 2. The rerun finishes all but the owner its PDB blocks, and reports that one.
@@ -289,6 +300,7 @@ def test_rollout_restarts_stale_owners_in_waves_waits_on_a_pdb_and_resumes_after
     assert (f"blocked: Deployment r-b/d049: blocked by PDB r-b/d049-pdb: it allowed no disruption for {PDB_TIMEOUT} s "
             "(not restarted)\n") in rerun.stdout  # fmt: skip
     assert "Deployment r-b/d049: waiting: PDB r-b/d049-pdb allows no disruption now" in rerun.stderr
+    assert f"Deployment r-a/{SLOW}: restarted for this configuration by an earlier run: waiting for it" in rerun.stderr
     assert all(line.startswith(("restarted: ", "evicted: ", "blocked: Deployment r-b/d049:"))
                for line in rerun.stdout.splitlines()), rerun.stdout  # fmt: skip
 
