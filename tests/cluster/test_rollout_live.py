@@ -149,6 +149,7 @@ class Recorder:
         self.lock = threading.Lock()
         self.stopped = threading.Event()
         self.threads: list[threading.Thread] = []
+        self.errors: list[str] = []
 
     def start(self, resource_version: str) -> None:
         for kind, method in (("Deployment", self.api.list_deployment_for_all_namespaces),
@@ -158,6 +159,13 @@ class Recorder:
             self.threads.append(thread)
 
     def _run(self, kind: str, method: Any, resource_version: str) -> None:
+        try:
+            self._watch(kind, method, resource_version)
+        except Exception as exc:  # the connection closes when the cluster goes down: only an error before counts
+            if not self.stopped.is_set():
+                self.errors.append(f"watch of {kind}: {exc!r}")
+
+    def _watch(self, kind: str, method: Any, resource_version: str) -> None:
         version = resource_version
         while not self.stopped.is_set():
             stream = self.watch.Watch()  # type: ignore[no-untyped-call]
@@ -184,6 +192,7 @@ class Recorder:
     def replay(self, target: str) -> tuple[int, dict[tuple[str, str, str], set[str]]]:
         """The most owners rolling at once (restarted for the target, not complete), and each owner's restartedAt
         values, in resourceVersion order."""
+        assert self.errors == [], "every change was recorded"
         with self.lock:
             events = sorted(self.events, key=lambda e: e[0])
         state: dict[tuple[str, str, str], Obj] = {}
