@@ -35,7 +35,17 @@ from .settings import (
     release_name,
 )
 
-FORMATS = ("manifests", "helm-values", "capi", "capi-patches", "kustomize-patch", "kyverno", "admission", "check-rbac")
+FORMATS = (
+    "manifests",
+    "helm-values",
+    "capi",
+    "capi-patches",
+    "kustomize-patch",
+    "kyverno",
+    "admission",
+    "check-rbac",
+    "rollout-rbac",
+)
 MARKER = "# Rendered by proxy-component render: this directory is rewritten whole by each render."
 PATCH_HEADER = """\
 # Merge patches for your Cluster API cluster, NOT objects to apply: they hold only the proxy's part of
@@ -140,6 +150,10 @@ def _objects(settings: Settings, args: argparse.Namespace) -> list[dict[str, Any
         from .live.access import rbac_objects
 
         return rbac_objects(settings, probe=args.probe)
+    if fmt == "rollout-rbac":
+        from .live.access import rollout_rbac_objects
+
+        return rollout_rbac_objects(settings, capi=args.capi)
     if fmt == "kustomize-patch":
         values = plain_values(settings).select(_selection(settings, args))
         return [kustomization(settings, values, kind=args.target_kind, name=args.target_name, container=args.container)]
@@ -183,6 +197,8 @@ def _check_format(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         parser.error(f"-o {args.output}: exists and is not a directory")
     if args.probe and fmt != "check-rbac":
         parser.error(f"--probe: only for --format check-rbac (the role of `check --probe`), not {fmt}")
+    if args.capi and fmt != "rollout-rbac":
+        parser.error(f"--capi: only for --format rollout-rbac (the role of `rollout --capi`), not {fmt}")
     if fmt == "kustomize-patch" and not args.target_name:
         parser.error("--format kustomize-patch: --target-name is required (the workload to patch)")
 
@@ -393,6 +409,168 @@ def _check(args: argparse.Namespace) -> int:
     return 1 if findings or failed else 0
 
 
+ROLLOUT_TIMEOUT = 600  # rollout --apply: seconds an owner may take to be complete and available
+PDB_TIMEOUT = 300  # rollout --apply: seconds a PodDisruptionBudget may forbid a restart, or refuse an eviction
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def _whole(parser: argparse.ArgumentParser, flag: str, value: str, low: int, high: int, example: int) -> int:
+    """A whole-number flag within [low, high], or an error naming the flag, the value and the range."""
+    try:
+        number = int(value, 10)
+    except ValueError:
+        number = low - 1
+    if not low <= number <= high:
+        parser.error(f"{flag}: {value!r} is not a whole number from {low} to {high} (expected e.g. {example})")
+    return number
+
+
+def _check_rollout(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """rollout's flags, all checked before the cluster is read: nothing runs on bad input."""
+    from .live.rollout import MAX_CONCURRENT
+
+    low, high = MAX_CONCURRENT
+    args.max_concurrent = _whole(parser, "--max-concurrent", args.max_concurrent, low, high, 5)
+    args.timeout = _whole(parser, "--timeout", args.timeout, 1, 86400, ROLLOUT_TIMEOUT)
+    args.pdb_timeout = _whole(parser, "--pdb-timeout", args.pdb_timeout, 0, 86400, PDB_TIMEOUT)
+    namespaces: list[str] = []
+    for given in args.namespace or []:
+        for name in given.split(","):
+            if not _NAMESPACE.fullmatch(name.strip()):
+                parser.error(
+                    f"--namespace: {name.strip()!r} is not a namespace name (expected a DNS label, e.g. team-a; "
+                    "repeat the flag or separate names with commas)"
+                )
+            namespaces.append(name.strip())
+    args.namespace = sorted(set(namespaces)) or None
+    if args.selector is not None and not args.selector.strip():
+        parser.error("--selector: '' is empty (expected a label selector, e.g. app=web or tier in (front,back))")
+    if args.capi and args.apply:
+        parser.error("--capi: a plan only (it prints the clusterctl commands that roll the machines), not with --apply")
+    if args.capi and (args.namespace or args.selector):
+        parser.error("--capi: reads the Cluster API objects of cluster.name in capi.namespace; --namespace and "
+                     "--selector are for the workload cluster's pods")  # fmt: skip
+    if args.config is None and args.stack is None:
+        parser.error(
+            "rollout: CONFIG or --stack NAME is required: the settings of the cluster to roll (the embedded example "
+            "describes no real cluster)"
+        )
+
+
+def _rollout(args: argparse.Namespace) -> int:
+    from .live import CheckError, connect, scrub
+    from .live.rollout import RolloutInterruptedError, Runner, capi_plan, plan_rollout
+
+    settings = _load(args.config, args)
+    if args.namespace:
+        from .live.access import workload_namespaces
+
+        judged = workload_namespaces(settings)
+        for name in args.namespace:
+            if name not in judged:
+                raise ValueError(
+                    f"--namespace: {name!r} is not a namespace these settings judge (expected some of: "
+                    f"{', '.join(judged) or 'none'}; the namespaces of `namespaces`, outside "
+                    "injection.excludeNamespaces)"
+                )
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM as SIGINT: stop starting work, say where it is
+    outcomes: list[Any] = []
+    try:
+        cluster = connect(args.kubeconfig, args.context)
+        if args.capi:
+            machines = capi_plan(settings, cluster)
+            if args.json:
+                print(json.dumps(machines.as_dict(), indent=2))
+            else:
+                for note in machines.notes:
+                    print(f"# {note}")
+                for command in machines.commands:
+                    print(command)
+            print(f"proxy-component rollout --capi: {cluster.server}: {len(machines.commands)} command(s), a plan "
+                  f"only: run them against the management cluster ({cluster.requests} API requests)",
+                  file=sys.stderr)  # fmt: skip
+            return 0
+        plan = plan_rollout(settings, cluster, args.namespace, args.selector, args.max_concurrent)
+        if args.apply and plan.steps:
+            runner = Runner(
+                settings, cluster, plan, timeout=args.timeout, pdb_timeout=args.pdb_timeout,
+                progress=lambda line: print(f"proxy-component rollout: {line}", file=sys.stderr, flush=True),
+            )  # fmt: skip
+            outcomes = runner.run()
+    except RolloutInterruptedError as stop:
+        _print_rollout(args, plan, stop.outcomes)
+        print(f"proxy-component rollout: {stop.message}", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:
+        print("proxy-component rollout: interrupted before anything was restarted", file=sys.stderr)
+        return 130
+    except CheckError as exc:
+        print(f"proxy-component rollout: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    except (SettingsError, NoProxyError, ValueError):
+        raise
+    except Exception as exc:  # a bug: exit 1 would read as something stale
+        trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        sys.stderr.write(scrub(trace, settings))
+        print(
+            f"proxy-component rollout: internal error: {type(exc).__name__} (a bug in proxy-component; please report "
+            "it with the traceback above)",
+            file=sys.stderr,
+        )
+        return EXIT_CRASH
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    _print_rollout(args, plan, outcomes)
+    steps, listed = len(plan.steps), len(plan.listed)
+    if not steps and not listed:
+        summary = "nothing is stale"
+    else:
+        summary = (f"{steps + listed} stale owner(s): {steps} to restart in {len(plan.waves)} wave(s) of at most "
+                   f"{plan.max_concurrent}, {listed} listed only")  # fmt: skip
+    if args.apply:
+        failed = [o for o in outcomes if not o.ok]
+        summary += f"; {len(outcomes) - len(failed)} done, {len(failed)} blocked or failed"
+    else:
+        summary += "; a plan: --apply carries it out" if steps else ""
+    print(f"proxy-component rollout: {cluster.server}: {summary} ({cluster.requests} API requests)", file=sys.stderr)
+    if args.apply:
+        return 1 if any(not o.ok for o in outcomes) else 0
+    return 1 if steps or listed else 0
+
+
+def _print_rollout(args: argparse.Namespace, plan: Any, outcomes: Sequence[Any]) -> None:
+    if args.json:
+        data = plan.as_dict()
+        if args.apply:
+            data["outcomes"] = [o.as_dict() for o in outcomes]
+        print(json.dumps(data, indent=2))
+        return
+    if args.apply:
+        for outcome in outcomes:
+            print(outcome)
+        return
+    for number, wave in enumerate(plan.waves, 1):
+        print(f"wave {number} ({len(wave)} owner(s)):")
+        for step in wave:
+            blocking = f" [now blocked by PDB {', '.join(step.pdbs)}: waits up to --pdb-timeout]" if step.pdbs else ""
+            if step.action == "wait":
+                print(f"  wait     {step.owner.ref}: restarted for this configuration by an earlier run; waits until "
+                      f"it is complete{blocking}")  # fmt: skip
+            else:
+                bare = " [a bare Pod: evicting ends it, nothing recreates it]" if step.owner.kind == "Pod" else ""
+                print(f"  {step.action:<8} {step.owner.ref}: {step.why}{blocking}{bare}")
+    if plan.listed:
+        print("not restarted:")
+        for item in plan.listed:
+            print(f"  {item.owner.ref}: {item.reason} ({why(item.owner.pods)})")
+
+
+def why(pods: Sequence[Any]) -> str:
+    from .live.rollout import why as reasons
+
+    return reasons(pods)
+
+
 def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
@@ -416,7 +594,7 @@ def _parser() -> argparse.ArgumentParser:
         "cluster's Secrets, ready to apply), capi-patches (the kubeadm fragments as merge patches for your own "
         "KubeadmControlPlane and KubeadmConfigTemplate, never to apply), kustomize-patch, kyverno, admission (the "
         "MutatingAdmissionPolicy and its binding, ready to kubectl apply), check-rbac (the "
-        "ServiceAccount and the least roles `check` runs under)",
+        "ServiceAccount and the least roles `check` runs under), rollout-rbac (those of `rollout`)",
     )
     render.add_argument("--target-kind", default="Deployment", help="kustomize-patch: the workload kind")
     render.add_argument("--target-name", help="kustomize-patch: the workload name")
@@ -439,6 +617,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="check-rbac: also what `check --probe` needs (its namespace, proxy-component-probe, enforcing Pod "
         "Security restricted, and pods there)",
+    )
+    render.add_argument(
+        "--capi",
+        action="store_true",
+        help="rollout-rbac: the management cluster's role of `rollout --capi` (get the Cluster, list its "
+        "MachineDeployments) instead of the workload cluster's",
     )
     _stack_arguments(render)
     render.set_defaults(func=_render)
@@ -502,7 +686,48 @@ def _parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     _stack_arguments(check)
     check.set_defaults(func=_check)
+    _rollout_parser(sub)
     return parser
+
+
+def _rollout_parser(sub: Any) -> None:
+    rollout = sub.add_parser(
+        "rollout",
+        help="restart, in paced waves, the owners of running pods that hold old proxy values (a plan by default, "
+        "--apply to carry it out); exit 0 when nothing is stale (with --apply: all done), 1 when something is (with "
+        "--apply: something blocked or failed), 2 on bad input or a cluster it cannot read, 3 on an internal error, "
+        "130 when interrupted",
+    )
+    rollout.add_argument("config", nargs="?", help="this cluster's settings YAML (required)")
+    rollout.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+    rollout.add_argument("--context", help="kubeconfig context (default: the current one)")
+    rollout.add_argument("--json", action="store_true", help="print the plan (and with --apply the outcomes) as JSON")
+    rollout.add_argument(
+        "--namespace", action="append", metavar="NS[,NS...]",
+        help="only these namespaces (repeatable, or a comma list; default: those of the settings)",
+    )  # fmt: skip
+    rollout.add_argument("--selector", metavar="LABELS", help="only pods with these labels (e.g. app=web)")
+    rollout.add_argument(
+        "--max-concurrent", default="5", metavar="N",
+        help="owners restarting at once, one wave at a time (1 to 100, default 5)",
+    )  # fmt: skip
+    rollout.add_argument("--apply", action="store_true", help="carry the plan out (default: print it)")
+    rollout.add_argument(
+        "--timeout", default=str(ROLLOUT_TIMEOUT), metavar="SECONDS",
+        help=f"--apply: seconds an owner may take to be complete and available, else a failure (default {ROLLOUT_TIMEOUT})",
+    )  # fmt: skip
+    rollout.add_argument(
+        "--pdb-timeout", default=str(PDB_TIMEOUT), metavar="SECONDS",
+        help="--apply: seconds to wait while a PodDisruptionBudget allows no disruption, or refuses an eviction, "
+        f"before reporting it blocked (default {PDB_TIMEOUT})",
+    )  # fmt: skip
+    rollout.add_argument(
+        "--capi", action="store_true",
+        help="a plan for the Cluster API machines instead (--kubeconfig: the management cluster): what a changed "
+        "<cluster>-systemd-proxy does to them, and the clusterctl commands that replace them",
+    )  # fmt: skip
+    _stack_arguments(rollout)
+    rollout.set_defaults(func=_rollout)
 
 
 def _split_probe(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -543,6 +768,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "render":
         _check_format(parser, args)
+    if args.command == "rollout":
+        _check_rollout(parser, args)
     if args.command == "check" and args.probe:
         _split_probe(parser, args)
     if args.command == "check" and args.config is None and args.stack is None:

@@ -15,16 +15,22 @@ from ..render.env import (
 from ..render.trust import BUNDLE_NAME, trust_namespaces
 from ..settings import PROBE_NAMESPACE, Settings
 from .cluster import (
+    CAPI_CLUSTERS,
+    CAPI_MACHINE_DEPLOYMENTS,
     CONFIG_MAPS,
     DAEMON_SET,
+    EVICTIONS,
     JOBS,
     NAMESPACES,
     NODES,
+    PDBS,
     POD_LOGS,
     PODS,
     PROBE_CREATE,
     PROBE_DELETE,
+    READ_OWNER,
     REPLICA_SETS,
+    RESTARTED,
     SECRETS,
     SERVICE_CIDRS,
     SERVICES,
@@ -35,6 +41,7 @@ from .cluster import (
 )
 
 CHECK_NAME = "proxy-component-check"  # the ServiceAccount, roles and bindings of `render --format check-rbac`
+ROLLOUT_NAME = "proxy-component-rollout"  # those of `render --format rollout-rbac`
 KUBERNETES_SERVICE = ("default", "kubernetes")  # the API server's Service: how pods reach it
 
 
@@ -78,12 +85,31 @@ def accesses(settings: Settings, probe: bool = False) -> list[Access]:
     return list(dict.fromkeys(out))
 
 
-def stale_accesses(settings: Settings) -> list[Access]:
-    """What judging running pods reads (`stale.stale_owners`), per judged namespace: `proxy-config` and, with a
-    trusted CA, `proxy-trust` by name; its pods, ReplicaSets (a pod's Deployment) and Jobs (a pod's CronJob)."""
+def rollout_accesses(settings: Settings, namespaces: Iterable[str] | None = None, capi: bool = False) -> list[Access]:
+    """Every request `rollout` may make in the judged namespaces (or those given), in the order it makes them:
+    `stale_accesses`, lists of the kinds it restarts and of PodDisruptionBudgets, a get of any of them (or a pod)
+    by name while it waits, a patch of the kinds it restarts (the pod template's annotations, as `kubectl rollout
+    restart`) and the eviction of pods (bare ones and those of a ReplicaSet without a Deployment). With `capi`,
+    instead, what `rollout --capi` reads in the management cluster: the Cluster by name and its MachineDeployments."""
+    if capi:
+        namespace = settings.capi.namespace
+        return [Access(CAPI_CLUSTERS, namespace, settings.cluster.name), Access(CAPI_MACHINE_DEPLOYMENTS, namespace)]
+    judged = list(workload_namespaces(settings) if namespaces is None else namespaces)
+    out = stale_accesses(settings, judged)
+    for ns in judged:
+        out += [Access(WORKLOADS[kind], ns) for kind in RESTARTED] + [Access(PDBS, ns)]
+        out += [Access(api, ns) for api in READ_OWNER.values()]
+        out += [Access(api, ns) for api in RESTARTED.values()] + [Access(EVICTIONS, ns)]
+    return list(dict.fromkeys(out))
+
+
+def stale_accesses(settings: Settings, namespaces: Iterable[str] | None = None) -> list[Access]:
+    """What judging running pods reads (`stale.stale_owners`), per judged namespace (or those given):
+    `proxy-config` and, with a trusted CA, `proxy-trust` by name; its pods, ReplicaSets (a pod's Deployment) and
+    Jobs (a pod's CronJob)."""
     trusted = set(trust_namespaces(settings))
     out: list[Access] = []
-    for ns in workload_namespaces(settings):
+    for ns in workload_namespaces(settings) if namespaces is None else namespaces:
         out.append(Access(config_api(settings), ns, CONFIG_NAME))
         if ns in trusted:
             out.append(Access(CONFIG_MAPS, ns, BUNDLE_NAME))
@@ -112,19 +138,31 @@ def rbac_objects(settings: Settings, probe: bool = False) -> list[Obj]:
     settings, bound to it: a ClusterRole to list nodes and ServiceCIDRs, and a Role per namespace it reads in.
     With `probe`, also the probe's namespace, where Pod Security enforces `restricted`, and a Role there to create,
     list and delete pods and read their logs (probe.py says why there); the proxy namespace's Role reads pod logs."""
+    return _role_objects(settings, CHECK_NAME, "check", accesses(settings, probe))
+
+
+def rollout_rbac_objects(settings: Settings, capi: bool = False) -> list[Obj]:
+    """A ServiceAccount `proxy-component-rollout` and a Role per judged namespace granting exactly
+    `rollout_accesses`: patch only on the kinds it restarts, create only on pods/eviction, never delete. With
+    `capi`, the management cluster's: a Role in capi.namespace to get the Cluster and list its MachineDeployments
+    (`rollout --capi` only prints the commands that roll the machines)."""
+    return _role_objects(settings, ROLLOUT_NAME, "rollout", rollout_accesses(settings, capi=capi))
+
+
+def _role_objects(settings: Settings, name: str, component: str, granted: Iterable[Access]) -> list[Obj]:
     by_namespace: dict[str | None, list[Access]] = {}
-    for access in accesses(settings, probe):
+    for access in granted:
         by_namespace.setdefault(access.namespace, []).append(access)
     home = settings.deployment.namespace
-    labels = {"app.kubernetes.io/part-of": "proxy-component", "app.kubernetes.io/component": "check"}
-    subjects = [{"kind": "ServiceAccount", "name": CHECK_NAME, "namespace": home}]
+    labels = {"app.kubernetes.io/part-of": "proxy-component", "app.kubernetes.io/component": component}
+    subjects = [{"kind": "ServiceAccount", "name": name, "namespace": home}]
     rbac = "rbac.authorization.k8s.io/v1"
 
     def meta(namespace: str | None) -> Obj:
-        return {"name": CHECK_NAME, **({"namespace": namespace} if namespace else {}), "labels": dict(labels)}
+        return {"name": name, **({"namespace": namespace} if namespace else {}), "labels": dict(labels)}
 
     def role(kind: str, namespace: str | None, rules: list[Obj]) -> list[Obj]:
-        ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": CHECK_NAME}
+        ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name}
         return [
             {"apiVersion": rbac, "kind": kind, "metadata": meta(namespace), "rules": rules},
             {"apiVersion": rbac, "kind": f"{kind}Binding", "metadata": meta(namespace), "roleRef": ref,
@@ -132,7 +170,7 @@ def rbac_objects(settings: Settings, probe: bool = False) -> list[Obj]:
         ]  # fmt: skip
 
     objects: list[Obj] = [{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta(home)}]
-    if PROBE_NAMESPACE in by_namespace:
+    if component == "check" and PROBE_NAMESPACE in by_namespace:
         pod_security = {f"pod-security.kubernetes.io/{mode}": "restricted" for mode in ("enforce", "audit", "warn")}
         pod_security["pod-security.kubernetes.io/enforce-version"] = "latest"
         namespace_labels = {
@@ -143,7 +181,9 @@ def rbac_objects(settings: Settings, probe: bool = False) -> list[Obj]:
         objects.append(
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PROBE_NAMESPACE, "labels": namespace_labels}}
         )
-    objects += role("ClusterRole", None, _rules(by_namespace.pop(None, [])))
+    cluster_wide = by_namespace.pop(None, [])
+    if cluster_wide:
+        objects += role("ClusterRole", None, _rules(cluster_wide))
     for namespace in sorted(n for n in by_namespace if n is not None):
         objects += role("Role", namespace, _rules(by_namespace[namespace]))
     return objects

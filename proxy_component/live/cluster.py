@@ -34,12 +34,12 @@ class Api(NamedTuple):
 
     group: str
     resource: str
-    client: str  # "core", "apps", "batch" or "networking"
-    method: str  # list_... (RBAC verb list) or read_... (RBAC verb get)
+    client: str  # "core", "apps", "batch", "networking", "policy" or "custom" (CustomObjectsApi)
+    method: str  # list_... (RBAC verb list), create_, delete_, patch_ (theirs), else read_/get_ (RBAC verb get)
 
     @property
     def verb(self) -> str:
-        for prefix, verb in (("list_", "list"), ("create_", "create"), ("delete_", "delete")):
+        for prefix, verb in (("list_", "list"), ("create_", "create"), ("delete_", "delete"), ("patch_", "patch")):
             if self.method.startswith(prefix):
                 return verb
         return "get"
@@ -67,6 +67,26 @@ WORKLOADS: dict[str, Api] = {
     "Job": JOBS,
     "CronJob": Api("batch", "cronjobs", "batch", "list_namespaced_cron_job"),
 }
+
+# `rollout`: the ReplicaSets behind pods, the kinds it restarts (read by name while it waits, patched to restart), the
+# pods it evicts, the PodDisruptionBudgets it respects, and (rollout --capi, in the management cluster) a Cluster API
+# cluster and its MachineDeployments.
+RESTARTED: dict[str, Api] = {
+    "Deployment": Api("apps", "deployments", "apps", "patch_namespaced_deployment"),
+    "StatefulSet": Api("apps", "statefulsets", "apps", "patch_namespaced_stateful_set"),
+    "DaemonSet": Api("apps", "daemonsets", "apps", "patch_namespaced_daemon_set"),
+}
+READ_OWNER: dict[str, Api] = {
+    "Deployment": Api("apps", "deployments", "apps", "read_namespaced_deployment"),
+    "StatefulSet": Api("apps", "statefulsets", "apps", "read_namespaced_stateful_set"),
+    "DaemonSet": Api("apps", "daemonsets", "apps", "read_namespaced_daemon_set"),
+    "ReplicaSet": Api("apps", "replicasets", "apps", "read_namespaced_replica_set"),
+    "Pod": Api("", "pods", "core", "read_namespaced_pod"),
+}
+EVICTIONS = Api("", "pods/eviction", "core", "create_namespaced_pod_eviction")
+PDBS = Api("policy", "poddisruptionbudgets", "policy", "list_namespaced_pod_disruption_budget")
+CAPI_CLUSTERS = Api("cluster.x-k8s.io", "clusters", "custom", "get_namespaced_custom_object")
+CAPI_MACHINE_DEPLOYMENTS = Api("cluster.x-k8s.io", "machinedeployments", "custom", "list_namespaced_custom_object")
 
 
 class Access(NamedTuple):
@@ -245,7 +265,9 @@ def connect(kubeconfig: str | None = None, context: str | None = None) -> Cluste
         "apps": client.AppsV1Api(api),
         "batch": client.BatchV1Api(api),
         "networking": client.NetworkingV1Api(api),
+        "policy": client.PolicyV1Api(api),
         "discovery": client.CustomObjectsApi(api),  # get_api_resources: GET /apis/<group>/<version>
+        "custom": client.CustomObjectsApi(api),
     }
     return Cluster(clients, server=redact_url(str(api.configuration.host)))
 
@@ -260,8 +282,15 @@ def _status_message(exc: Exception) -> str:
     return str(message or getattr(exc, "reason", "") or "")
 
 
-def explain(exc: Exception, cluster: Cluster) -> CheckError | None:
-    """A CheckError for an API or connection failure; None for anything else (a bug, to surface as one)."""
+CHECK_ROLE = (
+    "check needs the roles that `proxy-component render CONFIG --format check-rbac` writes (with --probe for check "
+    "--probe), bound to this identity"
+)
+
+
+def explain(exc: Exception, cluster: Cluster, role: str = CHECK_ROLE) -> CheckError | None:
+    """A CheckError for an API or connection failure; None for anything else (a bug, to surface as one). `role`
+    says, after a 403, which role the command needs."""
     status = getattr(exc, "status", None)
     if status == 401:
         return CheckError(
@@ -270,11 +299,9 @@ def explain(exc: Exception, cluster: Cluster) -> CheckError | None:
             "choose another --kubeconfig or --context"
         )
     if status == 403:
-        return CheckError(
-            f"{cluster.server}: 403 Forbidden: {_status_message(exc)}: check needs the roles that "
-            "`proxy-component render CONFIG --format check-rbac` writes (with --probe for check --probe), bound to "
-            "this identity"
-        )
+        return CheckError(f"{cluster.server}: 403 Forbidden: {_status_message(exc)}: {role}")
+    if status in (400, 422):  # a request the server refused as malformed (e.g. a label selector): its own words
+        return CheckError(f"{cluster.server}: the API server answered {status}: {_status_message(exc)}")
     if status is not None:
         return CheckError(f"{cluster.server}: the API server answered {status} {getattr(exc, 'reason', '')}")
     name = type(exc).__name__
