@@ -10,8 +10,8 @@ not what this module writes now. A tag `vX.Y.Z` releases the version `X.Y.Z` and
     python -m proxy_component._release check v0.3.0           # the tag, the version, the CHANGELOG and the pins agree
     python -m proxy_component._release notes 0.3.0            # the CHANGELOG section: the GitHub release's notes
 
-Run from the repository's root (`--root` to name another). Stdlib only: the release workflow runs it before
-installing anything.
+Run from the repository's root (`--root` to name another). Stdlib only: the release workflow runs it as a file,
+`python proxy_component/_release.py check "$GITHUB_REF_NAME"`, before installing anything.
 """
 
 from __future__ import annotations
@@ -87,7 +87,11 @@ def engine_pins(root: Path) -> list[tuple[str, str]]:
 
 def plugin_requirements(root: Path) -> str:
     """`provider/requirements.txt` as it must be: this repository at the tag, its version, the engine lane's SDKs."""
-    lines = ["..", f"{PACKAGE}=={project_version(root)}", *(f"{name}=={version}" for name, version in engine_pins(root))]
+    lines = [
+        "..",
+        f"{PACKAGE}=={project_version(root)}",
+        *(f"{name}=={version}" for name, version in engine_pins(root)),
+    ]
     return HEADER + "\n".join(lines) + "\n"
 
 
@@ -157,7 +161,9 @@ def bump(root: Path, version: str) -> None:
     changelog = (root / CHANGELOG).read_text()
     dev = _DEV.match(version)
     if dev is None:
-        changelog = re.sub(rf"^## {re.escape(version)} \(unreleased\)$", f"## {version}", changelog, count=1, flags=re.M)
+        changelog = re.sub(
+            rf"^## {re.escape(version)} \(unreleased\)$", f"## {version}", changelog, count=1, flags=re.M
+        )
         changelog_section(changelog, version)  # refuses before anything is written
     elif not re.search(rf"^## {re.escape(dev.group(1))}( \(unreleased\))?$", changelog, re.M):
         first = _HEADING.search(changelog)
@@ -169,7 +175,9 @@ def bump(root: Path, version: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m proxy_component._release", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m proxy_component._release", description=(__doc__ or "").split("\n\n")[0]
+    )
     parser.add_argument("--root", type=Path, default=Path.cwd(), help="the repository (default: the current folder)")
     commands = parser.add_subparsers(dest="command", required=True)
     requirements = commands.add_parser("requirements", help="print provider/requirements.txt as it must be")

@@ -203,3 +203,18 @@ def test_the_command_writes_the_requirements_and_bumps(repo: Path) -> None:
     checked = _cli(repo, "check", "v0.3.0")
     assert (checked.returncode, checked.stdout) == (0, "v0.3.0: pyproject.toml, CHANGELOG.md and "
                                                        "provider/requirements.txt agree\n")  # fmt: skip
+
+
+def test_the_release_workflow_runs_the_module_as_a_file_with_the_standard_library_alone(repo: Path) -> None:
+    """-I -S: no site-packages, no checkout on sys.path: what the workflow's first job has before installing anything."""
+    bump(repo, "0.3.0")
+    checked = subprocess.run(
+        [sys.executable, "-I", "-S", str(ROOT / "proxy_component/_release.py"), "--root", str(repo), "check", "v0.3.0"],
+        capture_output=True, text=True, cwd=repo, timeout=60,
+    )  # fmt: skip
+    assert (checked.returncode, checked.stderr) == (0, "")
+    notes = subprocess.run(
+        [sys.executable, "-I", "-S", str(ROOT / "proxy_component/_release.py"), "--root", str(repo), "notes", "0.2.0"],
+        capture_output=True, text=True, cwd=repo, timeout=60,
+    )  # fmt: skip
+    assert notes.stdout == "### Fixed\n\n- Something old.\n"
