@@ -33,7 +33,7 @@ class GitServer:
 def _read_body(handler: BaseHTTPRequestHandler) -> bytes:
     """The request body, by Content-Length or chunked transfer encoding."""
     if handler.headers.get("Transfer-Encoding", "").lower() == "chunked":
-        chunks = []
+        chunks: list[bytes] = []
         while True:
             size = int(handler.rfile.readline().split(b";", 1)[0].strip(), 16)
             if size == 0:
@@ -89,7 +89,7 @@ def _handler(root: Path, server: GitServer) -> type[BaseHTTPRequestHandler]:
 
         do_GET = do_POST = _cgi  # noqa: N815 (BaseHTTPRequestHandler's names)
 
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the base class's signature)
+        def log_message(self, format: str, *args: object) -> None:
             pass
 
     return Handler

@@ -120,7 +120,9 @@ def _source(served: GitServer) -> str:
 
 
 def _plugin_dir(home: Path) -> Path:
-    (found,) = (home / "plugins").glob(f"resource-127.0.0.1:*_{REPO.split('/')[0]}_proxy-component.git_provider-v{RELEASED}")
+    (found,) = (home / "plugins").glob(
+        f"resource-127.0.0.1:*_{REPO.split('/')[0]}_proxy-component.git_provider-v{RELEASED}"
+    )
     return found / "provider"
 
 
@@ -143,7 +145,7 @@ def test_package_add_from_the_tag_installs_the_pinned_plugin_and_yaml_runs_the_t
     versions = _venv_versions(plugin)
     pins = {name: version for name, version in engine_pins(ROOT)}
     assert {name: versions[name] for name in ("proxy-component", *pins)} == {"proxy-component": RELEASED, **pins}
-    assert RELEASED != project_version(ROOT)  # neither the checkout's version nor the later commit's
+    assert project_version(ROOT) != RELEASED  # neither the checkout's version nor the later commit's
     # The installed package is the tag's files, copied into the venv (not an editable link to a checkout).
     installed = subprocess.run(
         [str(plugin / "venv/bin/python"), "-c", "import proxy_component.settings as s; print(s.__file__)"],

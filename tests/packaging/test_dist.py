@@ -132,14 +132,14 @@ def test_the_metadata_pypi_shows(dist: Path) -> None:
     assert metadata["Requires-Python"] == ">=3.10"
     assert metadata["Description-Content-Type"] == "text/markdown"
     assert metadata.get_payload() == (ROOT / "README.md").read_text()
-    classifiers = metadata.get_all("Classifier")
+    classifiers = metadata.get_all("Classifier") or []
     assert "Typing :: Typed" in classifiers
     assert not [c for c in classifiers if c.startswith("License ::")]  # the SPDX expression says it (PEP 639)
-    urls = dict(u.split(", ", 1) for u in metadata.get_all("Project-URL"))
+    urls = dict(u.split(", ", 1) for u in metadata.get_all("Project-URL") or [])
     assert set(urls) == {"Homepage", "Documentation", "Source", "Issues", "Changelog"}
     organization = REPOSITORY.split("/")[1]  # the image's registry organization is the repository's owner
     assert all(u.startswith(f"https://github.com/{organization}/proxy-component") for u in urls.values()), urls
-    requires = metadata.get_all("Requires-Dist")
+    requires = metadata.get_all("Requires-Dist") or []
     assert any(r.startswith("pulumi<4,>=") or r.startswith("pulumi>=") for r in requires), requires
 
 

@@ -10,8 +10,8 @@ import yaml
 
 from tests.conftest import ROOT
 
-RELEASE: dict[str, Any] = yaml.safe_load((ROOT / ".github/workflows/release.yml").read_text())
-IMAGE: dict[str, Any] = yaml.safe_load((ROOT / ".github/workflows/image.yml").read_text())
+RELEASE: dict[Any, Any] = yaml.safe_load((ROOT / ".github/workflows/release.yml").read_text())
+IMAGE: dict[Any, Any] = yaml.safe_load((ROOT / ".github/workflows/image.yml").read_text())
 JOBS: dict[str, Any] = RELEASE["jobs"]
 
 
