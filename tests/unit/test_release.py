@@ -218,3 +218,22 @@ def test_the_release_workflow_runs_the_module_as_a_file_with_the_standard_librar
         capture_output=True, text=True, cwd=repo, timeout=60,
     )  # fmt: skip
     assert notes.stdout == "### Fixed\n\n- Something old.\n"
+
+
+def test_the_install_guide_shows_the_requirements_a_release_of_this_version_installs() -> None:
+    guide = (ROOT / "docs/guides/install.md").read_text()
+    block = re.search(r"```text\n(.*?)```", guide, re.S)
+    assert block is not None
+    released = project_version(ROOT).split(".dev")[0]
+    lines = [ln for ln in plugin_requirements(ROOT).splitlines() if not ln.startswith("#")]
+    assert block.group(1).splitlines() == [re.sub(r"^proxy-component==.*", f"proxy-component=={released}", ln)
+                                           for ln in lines]  # fmt: skip
+    assert f"provider@v{released}" in guide
+
+
+@pytest.mark.parametrize(
+    "path", ["provider/venv/bin/python", "provider/__pycache__/x.pyc", "dist/x.whl", "build/lib/x.py", "x.egg-info/y"]
+)
+def test_what_the_plugin_and_a_build_leave_in_the_checkout_is_ignored(path: str) -> None:
+    ignored = subprocess.run(["git", "-C", str(ROOT), "check-ignore", "-q", "--no-index", path], timeout=60)
+    assert ignored.returncode == 0, f"{path} is not in .gitignore"
