@@ -4,11 +4,19 @@ The CLI clones a plugin's repository with go-git over https:// only (sdk/go/comm
 parsePluginSpecFromURL: `http://` and `file://` are refused), so the tests serve one as GitHub would: `git
 http-backend` (git's own CGI program) behind a small threaded HTTPS server, its certificate from a CA made on the
 spot that the CLI trusts through SSL_CERT_FILE. Each request is recorded, so a test can show the clone came from here.
+
+It listens on port 443 of an address of its own in 127.0.0.0/8 (root binds it; the tests run as root): the CLI
+names the plugin's folder after the URL's host and port, and the Python host refuses to create a venv under a path
+with a `:` ("Refusing to create a venv in ... because it contains the PATH separator :"), so a URL with a port gives
+a plugin that cannot install.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import random
+import socket
 import ssl
 import subprocess
 import threading
@@ -95,19 +103,37 @@ def _handler(root: Path, server: GitServer) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+def _free_loopback_address() -> str:
+    """An address in 127.0.0.0/8 whose port 443 is free (concurrent test runs each take their own)."""
+    for _ in range(50):
+        host = f"127.{random.randint(1, 254)}.{random.randint(0, 255)}.{random.randint(1, 254)}"
+        with socket.socket() as probe:
+            try:
+                probe.bind((host, 443))
+            except OSError as exc:
+                if exc.errno == errno.EACCES:
+                    raise RuntimeError(
+                        "the git server needs root to listen on port 443 (see the module's docstring)"
+                    ) from exc
+                continue
+            return host
+    raise RuntimeError("no address in 127.0.0.0/8 has port 443 free")
+
+
 @contextmanager
 def serve_git(root: Path, work: Path) -> Iterator[GitServer]:
-    """Serve the bare repositories under `root` at https://127.0.0.1:<port>/<path>; stopped on exit."""
+    """Serve the bare repositories under `root` at https://127.x.y.z/<path>; stopped on exit."""
+    host = _free_loopback_address()
     ca = make_ca("proxy-component test git server CA")
-    leaf = make_leaf(ca, "127.0.0.1")
+    leaf = make_leaf(ca, host)
     ca_file, cert_file, key_file = work / "git-ca.pem", work / "git-cert.pem", work / "git-key.pem"
     ca_file.write_text(ca.cert_pem)
     cert_file.write_text(leaf.cert_pem + ca.cert_pem)
     key_file.write_text(leaf.key_pem)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert_file, key_file)
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
-    server = GitServer(f"https://127.0.0.1:{httpd.server_address[1]}", ca_file)
+    httpd = ThreadingHTTPServer((host, 443), BaseHTTPRequestHandler)
+    server = GitServer(f"https://{host}", ca_file)
     httpd.RequestHandlerClass = _handler(root, server)
     httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)

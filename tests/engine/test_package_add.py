@@ -1,6 +1,6 @@
 """`pulumi package add` of this repository at a release tag, as a user of another language adds it, under the real
 engine (pytest -m engine): the repository served over git's smart HTTP with TLS on 127.0.0.1 (tests/engine/git_server),
-`pulumi package add https://127.0.0.1:<port>/proxy-component/proxy-component/provider@vX.Y.Z` (the shape of
+`pulumi package add https://127.x.y.z/proxy-component/proxy-component/provider@vX.Y.Z` (the shape of
 `github.com/proxy-component/proxy-component/provider@vX.Y.Z`). The plugin's venv holds exactly the pinned versions
 (provider/requirements.txt: the package at the tag, the engine lane's Pulumi SDKs), and the programs run the tagged
 code: neither this checkout's nor that of the commit after the tag on main, each of which sets another default port.
@@ -119,11 +119,9 @@ def _source(served: GitServer) -> str:
     return f"{served.url}/{REPO}/provider@v{RELEASED}"
 
 
-def _plugin_dir(home: Path) -> Path:
-    (found,) = (home / "plugins").glob(
-        f"resource-127.0.0.1:*_{REPO.split('/')[0]}_proxy-component.git_provider-v{RELEASED}"
-    )
-    return found / "provider"
+def _plugin_dir(home: Path, served: GitServer) -> Path:
+    host = served.url.removeprefix("https://")
+    return home / f"plugins/resource-{host}_{REPO.replace('/', '_')}.git_provider-v{RELEASED}/provider"
 
 
 def _venv_versions(plugin: Path) -> dict[str, str]:
@@ -141,7 +139,7 @@ def test_package_add_from_the_tag_installs_the_pinned_plugin_and_yaml_runs_the_t
     assert ("POST", f"/{REPO}.git/git-upload-pack") in served.requests  # cloned from the server, nowhere else
     packages = yaml.safe_load((project.dir / "Pulumi.yaml").read_text())["packages"]
     assert packages == {"proxy-component": {"source": f"{served.url}/{REPO}/provider", "version": RELEASED}}
-    plugin = _plugin_dir(pulumi_home)
+    plugin = _plugin_dir(pulumi_home, served)
     versions = _venv_versions(plugin)
     pins = {name: version for name, version in engine_pins(ROOT)}
     assert {name: versions[name] for name in ("proxy-component", *pins)} == {"proxy-component": RELEASED, **pins}
@@ -172,7 +170,7 @@ def test_the_typescript_example_runs_up_with_the_plugin_from_the_tag(
     assert package["dependencies"]["@pulumi/proxy-component"] == "file:sdks/proxy-component"
     sdk = json.loads((project.dir / "sdks/proxy-component/package.json").read_text())
     assert sdk["version"] == RELEASED
-    assert _venv_versions(_plugin_dir(pulumi_home))["proxy-component"] == RELEASED
+    assert _venv_versions(_plugin_dir(pulumi_home, served))["proxy-component"] == RELEASED
     project.init()
     up = project.up()
     assert "Traceback" not in up.stdout + up.stderr
@@ -182,8 +180,8 @@ def test_the_typescript_example_runs_up_with_the_plugin_from_the_tag(
 @pytest.mark.parametrize(
     ("form", "message"),
     [
-        ("http://{host}/{repo}/provider@v{version}", 'unknown URL scheme: expected "git" or "https"'),
-        ("file://{root}/{repo}.git/provider@v{version}", ""),
+        ("http://{host}/{repo}/provider@v{version}", "failed to get schema: unable to install http://"),
+        ("file://{root}/{repo}.git/provider@v{version}", "failed to get schema: unable to install file://"),
     ],
     ids=["http", "file"],
 )
@@ -196,7 +194,9 @@ def test_the_sources_the_cli_refuses(
     source = form.format(host=served.url.removeprefix("https://"), repo=REPO, version=RELEASED, root=tmp_path)
     refused = project.run("package", "add", source, check=False, timeout=300)
     assert refused.returncode != 0
-    assert message in refused.stdout + refused.stderr, refused.stdout + refused.stderr
+    output = refused.stdout + refused.stderr
+    assert message in output, output
+    assert ": no such file or directory" in output, output  # read as a local path, which does not exist
     assert served.requests == before
-    assert not (tmp_path / "home/plugins").exists() or not list((tmp_path / "home/plugins").glob("resource-127*"))
+    assert not list((tmp_path / "home").glob("plugins/resource-127*"))
     shutil.rmtree(tmp_path / "home", ignore_errors=True)
