@@ -126,7 +126,7 @@ def _plugin_dir(home: Path, served: GitServer) -> Path:
 def _venv_versions(plugin: Path) -> dict[str, str]:
     listing = subprocess.run([str(plugin / "venv/bin/python"), "-m", "pip", "list", "--format", "json"],
                              capture_output=True, text=True, check=True, timeout=120)  # fmt: skip
-    return {p["name"].lower(): p["version"] for p in json.loads(listing.stdout)}
+    return {p["name"].lower().replace("_", "-"): p["version"] for p in json.loads(listing.stdout)}
 
 
 def test_package_add_from_the_tag_installs_the_pinned_plugin_with_the_tagged_code(
