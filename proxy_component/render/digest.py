@@ -13,14 +13,14 @@ is plain text, so guessing a password from it must be costly.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from typing import Any
 
 from ..settings import Settings
-from .env import ProxyValues
+from .env import REFERENCE, VALUES_ANNOTATION, ProxyValues
 
-__all__ = ["VALUES_ANNOTATION", "settings_digest", "values_digest"]
+__all__ = ["REFERENCE", "VALUES_ANNOTATION", "settings_digest", "stamped", "values_digest"]
 
-VALUES_ANNOTATION = "proxy-component.io/values-digest"
 DIGEST_LENGTH = 16  # hex digits shown: 64 bits, enough to tell one configuration from the next
 
 
@@ -46,8 +46,14 @@ def values_digest(values: ProxyValues, trusted_ca: str | None, credentials: bool
     return hashlib.sha256(content).hexdigest()[:DIGEST_LENGTH]
 
 
+def stamped(values: ProxyValues, settings: Settings) -> ProxyValues:
+    """Plain `values` with their digest, which every consumer then stamps."""
+    return replace(values, digest=values_digest(values, settings.trusted_ca, settings.has_credentials))
+
+
 def settings_digest(settings: Settings) -> str:
     """The current digest for plain settings (no run-time network): what `check` and `rollout` compare pods with."""
     from . import plain_values
 
-    return values_digest(plain_values(settings), settings.trusted_ca, settings.has_credentials)
+    digest: str = plain_values(settings).digest
+    return digest
