@@ -82,7 +82,9 @@ RESTARTING_TYPES = frozenset(_type_token(kind, "apps/v1") for kind in ("Deployme
 class _HasProxyValues(Protocol):
     settings: Settings
     workload_values: ProxyValues
-    resources: Mapping[str, pulumi.CustomResource]
+
+    @property
+    def resources(self) -> Mapping[str, pulumi.CustomResource]: ...
 
 
 def _opted_out(annotations: Any, key: str) -> bool:
@@ -132,13 +134,13 @@ def _with_volume(pod_spec: Obj) -> None:
 
 def _stamp(meta: Any, value: Any) -> Obj:
     """Pod template metadata with the stamp, unless it has an annotation of that key already (its own: kept)."""
-    meta = dict(meta) if isinstance(meta, Mapping) else {}
-    annotations = meta.get("annotations")
+    out: Obj = dict(meta) if isinstance(meta, Mapping) else {}
+    annotations = out.get("annotations")
     if annotations is not None and not isinstance(annotations, Mapping):
-        return meta  # an Output or other unknown: leave it alone
+        return out  # an Output or other unknown: leave it alone
     if VALUES_ANNOTATION not in (annotations or {}):
-        meta["annotations"] = {**(annotations or {}), VALUES_ANNOTATION: value}
-    return meta
+        out["annotations"] = {**(annotations or {}), VALUES_ANNOTATION: value}
+    return out
 
 
 def _stamp_of(props: Any, path: tuple[str, ...]) -> Any:
@@ -167,7 +169,9 @@ def restart_notice(args: pulumi.ResourceHookArgs) -> str | None:
     if not isinstance(new, str) or new == UNKNOWN:
         change = "its proxy values may change (not known until the update)"
     elif new == REFERENCE:
-        change = "its proxy env becomes references to proxy-config (once; later changes of the values do not restart it)"
+        change = (
+            "its proxy env becomes references to proxy-config (once; later changes of the values do not restart it)"
+        )
     elif old is None:
         change = f"its template gets the values digest {new} (once, e.g. on upgrading proxy-component)"
     elif old == REFERENCE:

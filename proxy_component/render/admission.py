@@ -369,7 +369,11 @@ def pod_mutation(
     if stamp:
         variables.append({"name": "injected", "expression": _injected(trust)})
     create = "\n+ ".join(
-        [*(_patches(f, trust) for f in FIELDS), *([_volume_patch()] if trust else []), *([_stamp_patch()] if stamp else [])]
+        [
+            *(_patches(f, trust) for f in FIELDS),
+            *([_volume_patch()] if trust else []),
+            *([_stamp_patch()] if stamp else []),
+        ]
     )
     patches = f"has(request.subResource) && request.subResource == 'ephemeralcontainers'\n? {_patches(EPHEMERAL, trust)}\n: {create}"
     return conditions, variables, patches

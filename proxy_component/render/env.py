@@ -26,11 +26,11 @@ from .trust import JAVA_TRUST_OPTIONS
 __all__ = [
     "CONFIG_NAME",
     "ENV_NAMES",
-    "REFERENCE_KEYS",
-    "VALUES_ANNOTATION",
     "NO_PROXY_SPELLINGS",
+    "REFERENCE_KEYS",
     "RUNTIME_VARIABLES",
     "URL_NAMES",
+    "VALUES_ANNOTATION",
     "WORKLOAD_KINDS",
     "ProxyValues",
     "additions",
@@ -206,14 +206,17 @@ def pod_env(settings: Settings, values: ProxyValues) -> list[Obj]:
 def _reference_keys(values: ProxyValues) -> ProxyValues:
     """`values` with each value replaced by the key of proxy-config that holds it (`proxy_config_object` with
     `injection.transformEnv: reference`): env_pairs of these are (name, key) pairs."""
+    trust = values.java_trust_options
+    # `trusted()` values carry the trust variant as java_options (the same object, or an equal string).
+    trusted = trust is not None and (values.java_options is trust or values.java_options == trust)
     return replace(
         values,
         http_proxy="HTTP_PROXY",
         https_proxy="HTTPS_PROXY",
         no_proxy=REFERENCE_NO_PROXY,
         no_proxy_python=None if values.no_proxy_python is None else NO_PROXY_PYTHON,
-        java_options=None if values.java_options is None else REFERENCE_JAVA,
-        java_trust_options=None if values.java_trust_options is None else REFERENCE_JAVA_TRUSTED,
+        java_options=None if values.java_options is None else REFERENCE_JAVA_TRUSTED if trusted else REFERENCE_JAVA,
+        java_trust_options=None if trust is None else REFERENCE_JAVA_TRUSTED,
         digest=None,
     )
 

@@ -203,7 +203,18 @@ def _profile(
     trust_keys = tuple(path for path, kind in spec if kind in _TRUST_ONLY)
     annotations = tuple(path for path, kind in spec if kind is _Leaf.ANNOTATIONS)
     return Profile(
-        name, chart, keys, source, description, _builder(spec), hosts, release, derive, left_out, trust_keys, annotations
+        name,
+        chart,
+        keys,
+        source,
+        description,
+        _builder(spec),
+        hosts,
+        release,
+        derive,
+        left_out,
+        trust_keys,
+        annotations,
     )
 
 
@@ -573,7 +584,9 @@ def profile_values(
     if selection is None:
         selection = values.selection if values else settings.runtimes.cluster_wide
     no_proxy = profile_no_proxy(settings, profile, network, release)
-    digest = values.digest if values else stamped(workload_values(settings, settings.no_proxy(network)), settings).digest
+    digest = (
+        values.digest if values else stamped(workload_values(settings, settings.no_proxy(network)), settings).digest
+    )
     return replace(workload_values(settings, no_proxy, http, https, selection), digest=digest)
 
 
