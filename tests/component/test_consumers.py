@@ -179,10 +179,12 @@ def test_capi_uses_the_upstream_for_nodes_and_the_service_for_pods(mocked: Harne
     assert policy.typ == "kubernetes:policies.kyverno.io/v1:MutatingPolicy"
     variables = {v["name"]: v["expression"] for v in policy.inputs["spec"]["variables"]}
     assert list(variables) == [
-        "httpProxy", "httpsProxy", "noProxy", "noProxyPython", "jdkJavaOptions", "selected", "python", "entries"
+        "httpProxy", "httpsProxy", "noProxy", "noProxyPython", "jdkJavaOptions", "valuesDigest", "selected", "python",
+        "entries", "injected",
     ]  # fmt: skip
     # The values are literals of their own variables (an Output resolved by the mocks), which the entries read.
     assert variables["httpProxy"] == "'http://http-proxy.kube-system.svc.cluster.local:8888'"
+    assert variables["valuesDigest"] == f"'{settings_digest(parse_settings(PLAIN))}'"
     assert "'value': dyn(variables.httpProxy)" in variables["entries"]
     assert not any(name.startswith("egress-kyverno-clone") for name in registered), "no credentials, no trusted CA"
 
