@@ -95,3 +95,21 @@ def test_the_transform_binds_the_hook_to_rolling_workloads_and_orders_references
     away = result("kubernetes:apps/v1:Deployment", "away").opts
     assert away is not None
     assert not away.depends_on, "by value: no proxy-config to wait for"
+
+
+def test_with_credentials_the_digest_is_no_secret_and_no_password(mocked: Harness) -> None:
+    password = "C0mp-st4mp-pw"
+    raw = {
+        **RAW,
+        "proxy": {"httpProxy": f"http://svc:{password}@proxy.corp.example:3128"},
+        "deployment": {"enabled": False},
+    }
+    proxy = ClusterProxy("egress", ClusterProxyArgs(settings=raw))
+    mocked.program(lambda: inject_proxy_env(proxy))
+    _deployments()
+    digest = proxy.workload_values.digest
+    assert not mocked.secret(digest), "scrypt: the annotation is plain text, and must not make the workload secret"
+    assert mocked.value(digest) == settings_digest(parse_settings(raw))
+    web = mocked.one("kubernetes:apps/v1:Deployment", "web").inputs
+    assert web["spec"]["template"]["metadata"]["annotations"] == {VALUES_ANNOTATION: mocked.value(digest)}
+    assert password not in repr(web)

@@ -387,3 +387,17 @@ def test_the_restart_notice_names_the_workload_only_when_its_stamp_changes() -> 
 
     assert "may change" in str(restart_notice(_hook_args("aaaa", UNKNOWN)))
     assert restart_notice(_hook_args("aaaa", "bbbb", "kubernetes:core/v1:ConfigMap")) is None
+
+
+def test_the_helm_docs_list_each_profiles_annotation_keys() -> None:
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "helm-profiles.md").read_text()
+    section = doc.split("\n## The values digest on the chart's pods", 1)[1].split("\n## ", 1)[0]
+    rows = {line.split("|")[1].strip(): line.split("|")[2].strip() for line in section.splitlines() if "| `" in line}
+    assert rows == {
+        f"`{name}`": "<br>".join(f"`{key}`" for key in p.annotation_keys)
+        for name, p in PROFILES.items()
+        if p.annotation_keys
+    }
+    assert set(PROFILES) - {name.strip("`") for name in rows} == set(UNSTAMPED)
