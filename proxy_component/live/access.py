@@ -17,12 +17,14 @@ from ..settings import PROBE_NAMESPACE, Settings
 from .cluster import (
     CONFIG_MAPS,
     DAEMON_SET,
+    JOBS,
     NAMESPACES,
     NODES,
     POD_LOGS,
     PODS,
     PROBE_CREATE,
     PROBE_DELETE,
+    REPLICA_SETS,
     SECRETS,
     SERVICE_CIDRS,
     SERVICES,
@@ -49,7 +51,7 @@ def workload_apis(settings: Settings) -> list[tuple[str, Api]]:
     return [("Pod", PODS)] if injection.kyverno or injection.admission else list(WORKLOADS.items())
 
 
-def _config_api(settings: Settings) -> Api:
+def config_api(settings: Settings) -> Api:
     return SECRETS if settings.has_credentials else CONFIG_MAPS
 
 
@@ -66,13 +68,27 @@ def accesses(settings: Settings, probe: bool = False) -> list[Access]:
             Access(DAEMON_SET, d.namespace, d.service_name),
             Access(PODS, d.namespace),
         ]
-    out += [Access(_config_api(settings), ns, CONFIG_NAME) for ns in settings.proxy_config_namespaces]
+    out += [Access(config_api(settings), ns, CONFIG_NAME) for ns in settings.proxy_config_namespaces]
     out += [Access(CONFIG_MAPS, ns, BUNDLE_NAME) for ns in trust_namespaces(settings)]
     out += [Access(api, ns) for ns in workload_namespaces(settings) for _, api in workload_apis(settings)]
+    out += stale_accesses(settings)
     if probe and d.enabled:
         out += [Access(api, PROBE_NAMESPACE) for api in (PROBE_CREATE, PODS, POD_LOGS)]
         out += [Access(POD_LOGS, d.namespace), Access(PROBE_DELETE, PROBE_NAMESPACE)]
     return list(dict.fromkeys(out))
+
+
+def stale_accesses(settings: Settings) -> list[Access]:
+    """What judging running pods reads (`stale.stale_owners`), per judged namespace: `proxy-config` and, with a
+    trusted CA, `proxy-trust` by name; its pods, ReplicaSets (a pod's Deployment) and Jobs (a pod's CronJob)."""
+    trusted = set(trust_namespaces(settings))
+    out: list[Access] = []
+    for ns in workload_namespaces(settings):
+        out.append(Access(config_api(settings), ns, CONFIG_NAME))
+        if ns in trusted:
+            out.append(Access(CONFIG_MAPS, ns, BUNDLE_NAME))
+        out += [Access(PODS, ns), Access(REPLICA_SETS, ns), Access(JOBS, ns)]
+    return out
 
 
 def _rules(granted: Iterable[Access]) -> list[Obj]:

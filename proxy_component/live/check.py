@@ -48,6 +48,7 @@ from .cluster import (
     Obj,
     explain,
 )
+from .stale import stale_owners
 
 POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
 # hostNetwork, hostPort and the firewall's root user with NET_ADMIN: only `privileged` admits the DaemonSet.
@@ -123,23 +124,30 @@ def _within(net: Net, nets: Sequence[Net]) -> bool:
 def check_cluster(settings: Settings, cluster: Cluster) -> list[Finding]:
     """Every finding, in a stable order: network coverage, the proxy itself, `proxy-config`, workloads."""
     try:
-        nodes = list(cluster.list_json(Access(NODES)))
-        no_proxy = list(settings.no_proxy().networks())
-        return [
-            *_nodes(settings, nodes, no_proxy),
-            *_node_ranges(settings, nodes),
-            *_service_range(cluster, no_proxy),
-            *_proxy(settings, cluster, nodes),
-            *_proxy_configs(settings, cluster),
-            *_trust_bundles(settings, cluster),
-            *_injection_apis(settings, cluster),
-            *_workloads(settings, cluster),
-        ]
+        with cluster.remembering():
+            return _findings(settings, cluster)
     except Exception as exc:
         error = explain(exc, cluster)
         if error is None:
             raise
         raise error from None
+
+
+def _findings(settings: Settings, cluster: Cluster) -> list[Finding]:
+    """Every finding, in a stable order, from one snapshot (each object read once)."""
+    nodes = list(cluster.list_json(Access(NODES)))
+    no_proxy = list(settings.no_proxy().networks())
+    return [
+        *_nodes(settings, nodes, no_proxy),
+        *_node_ranges(settings, nodes),
+        *_service_range(cluster, no_proxy),
+        *_proxy(settings, cluster, nodes),
+        *_proxy_configs(settings, cluster),
+        *_trust_bundles(settings, cluster),
+        *_injection_apis(settings, cluster),
+        *_workloads(settings, cluster),
+        *_stale(settings, cluster),
+    ]
 
 
 def _injection_apis(settings: Settings, cluster: Cluster) -> Iterator[Finding]:
@@ -530,6 +538,23 @@ def _workloads(settings: Settings, cluster: Cluster) -> Iterator[Finding]:
                     problem = _container_problem(_as_dict(container), expected, ours, tokens)
                     if problem:
                         yield Finding("workload-env", name, "warning", f"container {container['name']}: {problem}")
+
+
+def _stale(settings: Settings, cluster: Cluster) -> Iterator[Finding]:
+    """Each owner whose running pods hold old proxy values (stale.py says how that is decided and what it cannot
+    know): `proxy-component rollout` restarts them; Jobs and CronJobs finish with what they have."""
+    for owner in stale_owners(settings, cluster):
+        first = owner.pods[0]
+        many = len(owner.pods) > 1
+        what = f"{len(owner.pods)} running pods hold" if many else f"pod {first.name} holds"
+        what += f" old proxy values ({'the first: ' if many else ''}{first.reason})"
+        if owner.restartable:
+            advice = "restart it: proxy-component rollout, or kubectl rollout restart"
+            if owner.kind == "Pod":
+                advice = "recreate it (proxy-component rollout evicts it; a bare pod is not recreated by anything)"
+        else:
+            advice = f"a {owner.kind} is not restarted by rollout: its pods finish with the values they started with"
+        yield Finding("pods-stale", owner.ref, "warning", f"{what}: {advice}")
 
 
 def _as_dict(container: Obj) -> dict[str, Any]:

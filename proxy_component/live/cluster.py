@@ -58,11 +58,13 @@ PROBE_CREATE = Api("", "pods", "core", "create_namespaced_pod")
 PROBE_DELETE = Api("", "pods", "core", "delete_namespaced_pod")
 POD_LOGS = Api("", "pods/log", "core", "read_namespaced_pod_log")
 # The kinds the stack transform writes the env into (a Deployment's ReplicaSets and Pods follow its template).
+REPLICA_SETS = Api("apps", "replicasets", "apps", "list_namespaced_replica_set")  # a pod's Deployment
+JOBS = Api("batch", "jobs", "batch", "list_namespaced_job")  # a pod's CronJob
 WORKLOADS: dict[str, Api] = {
     "Deployment": Api("apps", "deployments", "apps", "list_namespaced_deployment"),
     "StatefulSet": Api("apps", "statefulsets", "apps", "list_namespaced_stateful_set"),
     "DaemonSet": Api("apps", "daemonsets", "apps", "list_namespaced_daemon_set"),
-    "Job": Api("batch", "jobs", "batch", "list_namespaced_job"),
+    "Job": JOBS,
     "CronJob": Api("batch", "cronjobs", "batch", "list_namespaced_cron_job"),
 }
 
@@ -83,6 +85,19 @@ class Cluster:
     server: str
     requests: int = 0
     accessed: set[Access] = field(default_factory=set)
+    # Within `remembering()`: each get's and each whole list's result, so that the parts of one command that read the
+    # same object (check's proxy-config and its stale pods) make one request. None: every call asks the API server.
+    memo: dict[tuple[Access, tuple[tuple[str, str], ...]], Any] | None = None
+
+    @contextmanager
+    def remembering(self) -> Iterator[None]:
+        """Reads inside this block are made once: a snapshot of the cluster for one judgement. Polls (rollout
+        waiting for a restart) must not use it."""
+        previous, self.memo = self.memo, {}
+        try:
+            yield
+        finally:
+            self.memo = previous
 
     def supports(self, api: Api) -> bool:
         return hasattr(self.clients[api.client], api.method)
@@ -123,6 +138,14 @@ class Cluster:
 
     def list_json(self, access: Access, **selectors: str) -> Iterator[Obj]:
         """Every item of a list call, page by page, as the API server's JSON (camelCase keys, absent fields absent)."""
+        if self.memo is None:
+            return self._pages(access, **selectors)
+        key = (access, tuple(sorted(selectors.items())))
+        if key not in self.memo:
+            self.memo[key] = list(self._pages(access, **selectors))
+        return iter(self.memo[key])
+
+    def _pages(self, access: Access, **selectors: str) -> Iterator[Obj]:
         token: str | None = None
         while True:
             page = self._json(access, limit=PAGE, **({"_continue": token} if token else {}), **selectors)
@@ -149,6 +172,14 @@ class Cluster:
 
     def get_json(self, access: Access) -> Obj | None:
         """The named object as the API server's JSON, or None where it does not exist."""
+        if self.memo is None:
+            return self._get(access)
+        key = (access, ())
+        if key not in self.memo:
+            self.memo[key] = self._get(access)
+        return self.memo[key]  # type: ignore[no-any-return]
+
+    def _get(self, access: Access) -> Obj | None:
         try:
             return self._json(access)
         except Exception as exc:

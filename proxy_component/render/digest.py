@@ -2,11 +2,13 @@
 
 Whatever injects the env stamps it on the pod template or the pod as `VALUES_ANNOTATION`, so that `check` and
 `rollout` can tell a running pod that holds old values (its digest is not the current one) from a current one,
-without reading a container's env (the API does not show what a running process holds).
+without reading a container's env (the API does not show what a running process holds). A template the stack
+transform injects by reference is stamped `REFERENCE` instead: its pods follow `proxy-config`'s change time.
 
 The digest covers every value any container may get, whatever its runtime selection: the proxy URLs, both NO_PROXY
 renderings, both JDK_JAVA_OPTIONS values and the trusted CA's PEM. A change to any of them makes every stamped pod
-stale. When the URLs carry credentials the digest is scrypt (as the proxy's own config digest is): the annotation
+stale, but a change of the CA alone only those that read it at start (the JVM, Node): the digest has two parts,
+`<env>-<trust>`. When the URLs carry credentials the digest is scrypt (as the proxy's own config digest is): the annotation
 is plain text, so guessing a password from it must be costly.
 """
 
@@ -19,13 +21,24 @@ from typing import Any
 from ..settings import Settings
 from .env import REFERENCE, VALUES_ANNOTATION, ProxyValues
 
-__all__ = ["REFERENCE", "VALUES_ANNOTATION", "settings_digest", "stamped", "values_digest"]
+__all__ = [
+    "NO_TRUST",
+    "REFERENCE",
+    "VALUES_ANNOTATION",
+    "settings_digest",
+    "split_digest",
+    "stamped",
+    "values_digest",
+]
 
-DIGEST_LENGTH = 16  # hex digits shown: 64 bits, enough to tell one configuration from the next
+DIGEST_LENGTH = 16  # hex digits of each part: 64 bits, enough to tell one configuration from the next
+NO_TRUST = "none"  # the trust part without proxy.upstream.trustedCa
 
 
 def values_digest(values: ProxyValues, trusted_ca: str | None, credentials: bool) -> str:
-    """The digest of plain `values` (strings, not Outputs) and the trusted CA; scrypt with `credentials`."""
+    """`<values>-<trust>`: the digest of plain `values` (strings, not Outputs; scrypt with `credentials`), then that
+    of the trusted CA (`none` without one). Two parts, so that a reader can tell a CA rotation, which reaches a pod's
+    mounted files but not a runtime that read them at start (the JVM, Node), from a change of the env."""
 
     def text(value: Any) -> str:
         return "" if value is None else str(value)
@@ -37,13 +50,21 @@ def values_digest(values: ProxyValues, trusted_ca: str | None, credentials: bool
         values.no_proxy_python,
         values.java_options,
         values.java_trust_options,
-        trusted_ca,
     )
     content = "\0".join(map(text, parts)).encode()
     if credentials:
         raw = hashlib.scrypt(content, salt=b"proxy-component/values", n=2**14, r=8, p=1, dklen=32)
-        return raw.hex()[:DIGEST_LENGTH]
-    return hashlib.sha256(content).hexdigest()[:DIGEST_LENGTH]
+        env = raw.hex()[:DIGEST_LENGTH]
+    else:
+        env = hashlib.sha256(content).hexdigest()[:DIGEST_LENGTH]
+    trust = hashlib.sha256(trusted_ca.encode()).hexdigest()[:DIGEST_LENGTH] if trusted_ca else NO_TRUST
+    return f"{env}-{trust}"
+
+
+def split_digest(digest: str) -> tuple[str, str]:
+    """A stamped digest's env and trust parts; a value of another form is all env (it never equals the current)."""
+    env, sep, trust = digest.partition("-")
+    return (env, trust) if sep else (digest, "")
 
 
 def stamped(values: ProxyValues, settings: Settings) -> ProxyValues:

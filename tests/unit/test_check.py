@@ -87,6 +87,11 @@ def test_with_credentials_and_kyverno_secrets_are_read_by_name_and_pods_listed()
     objects = rbac_objects(parse_settings(CASES["credentials-kyverno"]))
     roles = {(o["kind"], o["metadata"].get("namespace")): o["rules"] for o in objects if "rules" in o}
     secret = {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"], "resourceNames": ["proxy-config"]}
+    # A stale pod's owner: its ReplicaSet's Deployment, its Job's CronJob (live/stale.py).
+    owners = [
+        {"apiGroups": ["apps"], "resources": ["replicasets"], "verbs": ["list"]},
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["list"]},
+    ]
     assert roles == {
         ("ClusterRole", None): [
             {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
@@ -97,6 +102,7 @@ def test_with_credentials_and_kyverno_secrets_are_read_by_name_and_pods_listed()
             {"apiGroups": [""], "resources": ["services"], "verbs": ["get"], "resourceNames": ["kubernetes"]},
             secret,
             {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+            *owners,
         ],
         # The proxy's namespace: its DaemonSet and pods, and the proxy-config Kyverno clones (no workloads:
         # kube-system is excluded from injection).
@@ -105,7 +111,7 @@ def test_with_credentials_and_kyverno_secrets_are_read_by_name_and_pods_listed()
             {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
             secret,
         ],
-        ("Role", "team-a"): [secret, {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}],
+        ("Role", "team-a"): [secret, {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}, *owners],
     }
 
 

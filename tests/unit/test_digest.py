@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from proxy_component.render import plain_values
-from proxy_component.render.digest import settings_digest, values_digest
+from proxy_component.render.digest import settings_digest, split_digest, values_digest
 from proxy_component.settings import parse_settings
 
 BASE = {"cluster": {"name": "c1", "podCidrs": ["10.0.0.0/16"], "serviceCidrs": ["10.96.0.0/12"]}}
@@ -16,8 +16,10 @@ BASE = {"cluster": {"name": "c1", "podCidrs": ["10.0.0.0/16"], "serviceCidrs": [
 def test_same_settings_same_digest_and_each_value_changes_it() -> None:
     first = settings_digest(parse_settings(BASE))
     assert first == settings_digest(parse_settings(BASE))
-    assert len(first) == 16
-    assert set(first) <= set("0123456789abcdef")
+    env, trust = split_digest(first)
+    assert len(env) == 16
+    assert set(env) <= set("0123456789abcdef")
+    assert trust == "none", "no trusted CA"
     more = {**BASE, "proxy": {"noProxy": ["internal.example"]}}
     assert settings_digest(parse_settings(more)) != first, "a NO_PROXY entry is a new digest"
 
@@ -32,9 +34,13 @@ def test_every_rendering_is_covered(field: str) -> None:
     assert values_digest(changed, None, False) != values_digest(values, None, False)
 
 
-def test_the_trusted_ca_is_covered() -> None:
+def test_the_trusted_ca_is_its_own_part() -> None:
     values = plain_values(parse_settings(BASE))
-    assert values_digest(values, "-----BEGIN CERTIFICATE-----\nA\n", False) != values_digest(values, None, False)
+    one = split_digest(values_digest(values, "-----BEGIN CERTIFICATE-----\nA\n", False))
+    two = split_digest(values_digest(values, "-----BEGIN CERTIFICATE-----\nB\n", False))
+    assert one[0] == two[0], "a CA rotation leaves the env part as it is"
+    assert one[1] != two[1]
+    assert one[1] != "none"
 
 
 def test_with_credentials_the_digest_is_scrypt_not_sha256() -> None:
@@ -47,7 +53,14 @@ def test_with_credentials_the_digest_is_scrypt_not_sha256() -> None:
     content = "\0".join(
         "" if v is None else str(v)
         for v in (values.http_proxy, values.https_proxy, values.no_proxy, values.no_proxy_python,
-                  values.java_options, values.java_trust_options, None)
+                  values.java_options, values.java_trust_options)
     ).encode()  # fmt: skip
-    assert plain == hashlib.sha256(content).hexdigest()[:16]
-    assert hard == hashlib.scrypt(content, salt=b"proxy-component/values", n=2**14, r=8, p=1, dklen=32).hex()[:16]
+    assert plain == hashlib.sha256(content).hexdigest()[:16] + "-none"
+    assert (
+        hard
+        == hashlib.scrypt(content, salt=b"proxy-component/values", n=2**14, r=8, p=1, dklen=32).hex()[:16] + "-none"
+    )
+
+
+def test_a_value_of_another_form_is_all_env() -> None:
+    assert split_digest("reference") == ("reference", "")

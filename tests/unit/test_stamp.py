@@ -350,9 +350,11 @@ def test_a_password_is_in_no_rendered_object_but_secrets_and_not_cheap_to_find_f
     content = "\0".join(
         "" if v is None else str(v)
         for v in (values.http_proxy, values.https_proxy, values.no_proxy, values.no_proxy_python,
-                  values.java_options, values.java_trust_options, None)
+                  values.java_options, values.java_trust_options)
     ).encode()  # fmt: skip
-    assert digest != hashlib.sha256(content).hexdigest()[:16], "with credentials the stamp is scrypt"
+    env = hashlib.scrypt(content, salt=b"proxy-component/values", n=2**14, r=8, p=1, dklen=32).hex()[:16]
+    assert digest == f"{env}-none", "with credentials the stamp is scrypt"
+    assert hashlib.sha256(content).hexdigest()[:16] not in text
 
 
 # --- what the preview says --------------------------------------------------------------------------------------
