@@ -20,6 +20,7 @@ from .explain import preview_warnings
 from .noproxy import NoProxy, NoProxyError
 from .render import PlanInputs, Planned, check_allow_sources, node_values, plan
 from .render.capi import kubeadm_config_spec
+from .render.digest import values_digest
 from .render.env import ProxyValues, env_vars, pod_env, workload_kind, workload_values
 from .render.helm import PROFILES, UnknownProfileError, helm_values, profile_no_proxy
 from .render.helm import merge_values as _merge_plain
@@ -106,6 +107,7 @@ class ClusterProxy(pulumi.ComponentResource):
             pulumi.Output.from_input(settings.in_cluster_url) if settings.deployment.enabled else self.http_proxy
         )
         values = self._values(settings, composed.apply(lambda c: c[0]), no_proxy)
+        values = dataclasses.replace(values, digest=self._digest(settings, values))
         self.no_proxy_python: pulumi.Output[str] = pulumi.Output.from_input(values.no_proxy_python)
         self.jdk_java_options: pulumi.Output[str] = pulumi.Output.from_input(values.java_options or "")
         self.workload_values: ProxyValues = values
@@ -132,15 +134,17 @@ class ClusterProxy(pulumi.ComponentResource):
             if not PROFILES[profile].names(release, settings.cluster.dns_domain):
                 return values  # the same NO_PROXY, composed (and reported) once
             if network_values is None:
-                return workload_values(
+                own = workload_values(
                     settings,
                     profile_no_proxy(settings, profile, release=release),
                     self.http_proxy,
                     self.https_proxy,
                     settings.runtimes.cluster_wide,
                 )
-            composed_profile = network_values.apply(lambda v: profile_no_proxy(settings, profile, v, release))
-            return self._values(settings, composed_profile, composed_profile.apply(str))
+            else:
+                composed_profile = network_values.apply(lambda v: profile_no_proxy(settings, profile, v, release))
+                own = self._values(settings, composed_profile, composed_profile.apply(str))
+            return dataclasses.replace(own, digest=values.digest)  # the cluster's digest: one value to compare with
 
         inputs = PlanInputs(
             values=values,
@@ -196,6 +200,13 @@ class ClusterProxy(pulumi.ComponentResource):
             java_trust_options=trusted,
             trust=settings.trusted_ca is not None,
         )
+
+    @staticmethod
+    def _digest(settings: Settings, values: ProxyValues) -> pulumi.Output[str]:
+        """The values' digest once they are known (at preview too, when the settings alone make them); never secret:
+        with credentials it is scrypt, as the proxy's config digest is."""
+        digest = _plain(values).apply(lambda v: values_digest(v, settings.trusted_ca, settings.has_credentials))
+        return pulumi.Output.unsecret(digest)
 
     def helm_values_for(
         self, profile: str, runtimes: str | None = None, release: str | None = None
@@ -451,7 +462,7 @@ def _plain(values: ProxyValues) -> pulumi.Output[ProxyValues]:
     def build(v: list[Any]) -> ProxyValues:
         return ProxyValues(
             v[0], v[1], v[2], no_proxy_python=v[3], java_options=v[4], selection=selection, java_trust_options=v[5],
-            trust=values.trust,
+            trust=values.trust, digest=v[6],
         )  # fmt: skip
 
     return pulumi.Output.all(
@@ -461,6 +472,7 @@ def _plain(values: ProxyValues) -> pulumi.Output[ProxyValues]:
         values.no_proxy_python,
         values.java_options,
         values.java_trust_options,
+        values.digest,
     ).apply(build)
 
 

@@ -216,6 +216,9 @@ class InjectionSettings(TypedDict):
     trust_manager: NotRequired[pulumi.Input[bool]]
     """Create a trust-manager Bundle of its default CAs and proxy.upstream.trustedCa (needs trust-manager)."""
 
+    transform_env: NotRequired[pulumi.Input[str]]
+    """How the stack transform writes each variable: value (literals; a change of the proxy values rewrites, and so restarts, every injected workload at the next update) or reference (valueFrom the namespace's proxy-config; a change updates proxy-config alone, and running pods keep their values until proxy-component rollout or their next restart). A namespace without proxy-config gets values. One of: value, reference."""
+
 
 class DeploymentSettings(TypedDict):
     """The in-cluster tinyproxy: where it runs, which image, and who may use it for what."""

@@ -1117,6 +1117,7 @@ def _annotation_key(value: str) -> str:
 
 
 KyvernoPolicy = Literal["MutatingPolicy", "ClusterPolicy"]
+TransformEnv = Literal["value", "reference"]
 
 # The first Kubernetes minor with MutatingAdmissionPolicy as beta (v1beta1, off by default), and the one where it is v1.
 ADMISSION_BETA_MINOR = 34
@@ -1145,6 +1146,13 @@ class InjectionSettings(_Model):
     trust_manager: bool = Field(
         default=False,
         description="Create a trust-manager Bundle of its default CAs and proxy.upstream.trustedCa (needs trust-manager).",
+    )
+    transform_env: TransformEnv = Field(
+        default="value",
+        description="How the stack transform writes each variable: value (literals; a change of the proxy values "
+        "rewrites, and so restarts, every injected workload at the next update) or reference (valueFrom the "
+        "namespace's proxy-config; a change updates proxy-config alone, and running pods keep their values until "
+        "proxy-component rollout or their next restart). A namespace without proxy-config gets values.",
     )
 
     @field_validator("exclude_namespaces")

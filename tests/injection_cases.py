@@ -13,6 +13,7 @@ import pulumi
 import yaml
 
 from proxy_component.render import plain_values
+from proxy_component.render.digest import VALUES_ANNOTATION
 from proxy_component.render.trust import BUNDLE_NAME
 from proxy_component.settings import Settings, parse_settings
 from proxy_component.transform import proxy_env_transform
@@ -149,3 +150,10 @@ def injected_parts(pod_spec: Obj) -> Obj:
         {"name": v["name"], "configMap": (v.get("configMap") or {}).get("name")} for v in pod_spec.get("volumes") or []
     ]
     return out
+
+
+def stamp(obj: Obj) -> str | None:
+    """The values digest a Pod (or a template's metadata holder) was stamped with, None without one."""
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    found: str | None = annotations.get(VALUES_ANNOTATION)
+    return found

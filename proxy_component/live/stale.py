@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ..render.digest import VALUES_ANNOTATION, settings_digest, split_digest
+from ..render.digest import REFERENCE, VALUES_ANNOTATION, settings_digest, split_digest
 from ..render.env import CONFIG_NAME
 from ..render.trust import BUNDLE_NAME, trust_namespaces
 from ..settings import Settings
@@ -42,7 +42,6 @@ from .cluster import CONFIG_MAPS, JOBS, PODS, REPLICA_SETS, Access, Cluster, Obj
 
 __all__ = ["REFERENCE", "RESTARTABLE", "Owner", "StalePod", "current_target", "stale_owners"]
 
-REFERENCE = "reference"  # the stamp of a pod injected by reference: judged by proxy-config's change time
 RESTARTABLE = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Pod")
 # What a container that reads the CA once at start has in its env: the JVM's truststore option, Node's extra CAs.
 START_READERS = {"JDK_JAVA_OPTIONS": "JVM", "NODE_EXTRA_CA_CERTS": "Node"}

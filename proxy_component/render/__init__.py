@@ -10,6 +10,7 @@ from typing import Any
 
 from ..settings import NetworkValues, Settings, SettingsError
 from .capi import kubeadm_config_spec, kubeadm_config_template_patch, kubeadm_control_plane_patch
+from .digest import stamped
 from .env import ProxyValues, env_vars, workload_values
 from .plan import PlanInputs, Planned, check_allow_sources, check_unique, node_values, plan
 from .proxy import config_digest, tinyproxy_conf
@@ -35,7 +36,8 @@ Obj = dict[str, Any]
 
 
 def plain_values(settings: Settings, network: NetworkValues | None = None) -> ProxyValues:
-    return workload_values(settings, settings.no_proxy(network))
+    """The values for plain settings (and a known network), with their digest."""
+    return stamped(workload_values(settings, settings.no_proxy(network)), settings)
 
 
 def _call(build: Any, values: ProxyValues) -> Any:

@@ -40,7 +40,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..settings import ADMISSION_GA_MINOR, Settings
-from .env import CONFIG_NAME, ENV_NAMES, NO_PROXY_SPELLINGS, URL_NAMES, ProxyValues, env_pairs
+from .env import CONFIG_NAME, ENV_NAMES, NO_PROXY_SPELLINGS, URL_NAMES, VALUES_ANNOTATION, ProxyValues, env_pairs
 from .runtimes import JDK_JAVA_OPTIONS, NO_PROXY_PYTHON, NODE_USE_ENV_PROXY
 from .trust import (
     BUNDLE_NAME,
@@ -81,6 +81,7 @@ VALUE_VARIABLES = {
     NO_PROXY_PYTHON: "noProxyPython",
     JDK_JAVA_OPTIONS: "jdkJavaOptions",
     JAVA_TRUSTED: "jdkJavaOptionsTrusted",
+    VALUES_ANNOTATION: "valuesDigest",
 }
 NAMESPACE_LABEL = "kubernetes.io/metadata.name"
 FIELDS = ("containers", "initContainers")
@@ -139,7 +140,8 @@ def plain_text(build: Callable[[ProxyValues], str], values: ProxyValues) -> str:
 
 
 def values_data(settings: Settings, values: ProxyValues) -> Obj:
-    """The values by key: the proxy URLs (none with credentials), both NO_PROXY renderings, JDK_JAVA_OPTIONS."""
+    """The values by key: the proxy URLs (none with credentials), both NO_PROXY renderings, JDK_JAVA_OPTIONS, and
+    the values' digest (when they have one), which the Pod is stamped with."""
     data: Obj = {}
     if not settings.has_credentials:
         data["HTTP_PROXY"] = values.http_proxy
@@ -150,6 +152,8 @@ def values_data(settings: Settings, values: ProxyValues) -> Obj:
         data[JDK_JAVA_OPTIONS] = values.java_options
         if values.java_trust_options is not None:
             data[JAVA_TRUSTED] = values.java_trust_options
+    if values.digest is not None:
+        data[VALUES_ANNOTATION] = values.digest
     return data
 
 
@@ -283,6 +287,26 @@ def _volume_patch() -> str:
     )
 
 
+def _injected(trust: bool) -> str:
+    """Some container or initContainer gets something: the Pod holds values of this policy."""
+    return " || ".join(
+        f"(has(object.spec.{f}) && object.spec.{f}.exists(c, size({_added('c', trust)}) > 0))" for f in FIELDS
+    )
+
+
+def _stamp_patch() -> str:
+    """The digest on the Pod, when it got something and has no annotation of that key (its own is kept)."""
+    key = cel_literal(VALUES_ANNOTATION)
+    pointer = cel_literal("/metadata/annotations/" + VALUES_ANNOTATION.replace("~", "~0").replace("/", "~1"))
+    annotations = "object.metadata.annotations"
+    value = _value(VALUES_ANNOTATION)
+    return (
+        f"(variables.injected && !(has({annotations}) && {key} in {annotations}) ? [has({annotations}) ? "
+        f"JSONPatch{{op: 'add', path: {pointer}, value: {value}}} : "
+        f"JSONPatch{{op: 'add', path: '/metadata/annotations', value: {{{key}: {value}}}}}] : [])"
+    )
+
+
 def _trust(settings: Settings, cloned: bool) -> str:
     other = (
         f"has(object.spec.volumes) && object.spec.volumes.exists(v, v.name == {cel_literal(BUNDLE_NAME)} && "
@@ -299,7 +323,11 @@ def pod_mutation(
     """The match conditions, variables and JSON-patch expression of the Pod mutation, shared by the
     MutatingAdmissionPolicy and Kyverno's MutatingPolicy: the values first, one literal variable each (`text` makes
     each, an `apply` where the values are Outputs), then the expressions that place them. `cloned`: Kyverno's
-    GeneratingPolicy clones `proxy-config` and `proxy-trust` into every namespace, so every namespace has them."""
+    GeneratingPolicy clones `proxy-config` and `proxy-trust` into every namespace, so every namespace has them.
+
+    With the values' digest, a Pod that gets anything at CREATE is stamped with it (`VALUES_ANNOTATION`), unless it
+    has that annotation already: a Pod whose template was stamped (by the stack transform, Helm values, Kustomize)
+    keeps what its template says. An ephemeral container (an UPDATE) changes no stamp."""
     injection = settings.injection
     key = cel_literal(injection.opt_out_annotation)
     conditions = [
@@ -337,7 +365,16 @@ def pod_mutation(
             {"name": "trust", "expression": _trust(settings, cloned)},
             {"name": "ephemeralTrust", "expression": f"{TRUST} && {own}"},
         ]
-    create = "\n+ ".join([*(_patches(f, trust) for f in FIELDS), *([_volume_patch()] if trust else [])])
+    stamp = values.digest is not None
+    if stamp:
+        variables.append({"name": "injected", "expression": _injected(trust)})
+    create = "\n+ ".join(
+        [
+            *(_patches(f, trust) for f in FIELDS),
+            *([_volume_patch()] if trust else []),
+            *([_stamp_patch()] if stamp else []),
+        ]
+    )
     patches = f"has(request.subResource) && request.subResource == 'ephemeralcontainers'\n? {_patches(EPHEMERAL, trust)}\n: {create}"
     return conditions, variables, patches
 

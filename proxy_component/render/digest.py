@@ -2,7 +2,8 @@
 
 Whatever injects the env stamps it on the pod template or the pod as `VALUES_ANNOTATION`, so that `check` and
 `rollout` can tell a running pod that holds old values (its digest is not the current one) from a current one,
-without reading a container's env (the API does not show what a running process holds).
+without reading a container's env (the API does not show what a running process holds). A template the stack
+transform injects by reference is stamped `REFERENCE` instead: its pods follow `proxy-config`'s change time.
 
 The digest covers every value any container may get, whatever its runtime selection: the proxy URLs, both NO_PROXY
 renderings, both JDK_JAVA_OPTIONS values and the trusted CA's PEM. A change to any of them makes every stamped pod
@@ -14,14 +15,22 @@ is plain text, so guessing a password from it must be costly.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from typing import Any
 
 from ..settings import Settings
-from .env import ProxyValues
+from .env import REFERENCE, VALUES_ANNOTATION, ProxyValues
 
-__all__ = ["NO_TRUST", "VALUES_ANNOTATION", "settings_digest", "split_digest", "values_digest"]
+__all__ = [
+    "NO_TRUST",
+    "REFERENCE",
+    "VALUES_ANNOTATION",
+    "settings_digest",
+    "split_digest",
+    "stamped",
+    "values_digest",
+]
 
-VALUES_ANNOTATION = "proxy-component.io/values-digest"
 DIGEST_LENGTH = 16  # hex digits of each part: 64 bits, enough to tell one configuration from the next
 NO_TRUST = "none"  # the trust part without proxy.upstream.trustedCa
 
@@ -58,8 +67,14 @@ def split_digest(digest: str) -> tuple[str, str]:
     return (env, trust) if sep else (digest, "")
 
 
+def stamped(values: ProxyValues, settings: Settings) -> ProxyValues:
+    """Plain `values` with their digest, which every consumer then stamps."""
+    return replace(values, digest=values_digest(values, settings.trusted_ca, settings.has_credentials))
+
+
 def settings_digest(settings: Settings) -> str:
     """The current digest for plain settings (no run-time network): what `check` and `rollout` compare pods with."""
     from . import plain_values
 
-    return values_digest(plain_values(settings), settings.trusted_ca, settings.has_credentials)
+    digest: str = plain_values(settings).digest
+    return digest

@@ -27,8 +27,10 @@ __all__ = [
     "CONFIG_NAME",
     "ENV_NAMES",
     "NO_PROXY_SPELLINGS",
+    "REFERENCE_KEYS",
     "RUNTIME_VARIABLES",
     "URL_NAMES",
+    "VALUES_ANNOTATION",
     "WORKLOAD_KINDS",
     "ProxyValues",
     "additions",
@@ -36,6 +38,7 @@ __all__ = [
     "env_pairs",
     "env_vars",
     "pod_env",
+    "pod_env_by_reference",
     "proxy_config_object",
     "proxy_config_objects",
     "reads_proxy_config",
@@ -80,6 +83,16 @@ def workload_kind(kind: str) -> tuple[str, tuple[str, ...]]:
 Obj = dict[str, Any]
 
 CONFIG_NAME = "proxy-config"
+VALUES_ANNOTATION = "proxy-component.io/values-digest"
+REFERENCE = "reference"  # the stamp of a template injected by reference: it follows proxy-config's changes
+
+# What a reference names beside the keys `envFrom` reads, which hold one runtime selection's renderings: the composed
+# NO_PROXY (a python namespace's NO_PROXY key holds the Python-safe one) and both JDK_JAVA_OPTIONS (a namespace
+# without java has neither). Names no client reads, so that the `envFrom` readers of proxy-config get nothing new.
+REFERENCE_NO_PROXY = "PROXY_COMPONENT_NO_PROXY"
+REFERENCE_JAVA = "PROXY_COMPONENT_JDK_JAVA_OPTIONS"
+REFERENCE_JAVA_TRUSTED = "PROXY_COMPONENT_JDK_JAVA_OPTIONS_TRUSTED"
+REFERENCE_KEYS = (REFERENCE_NO_PROXY, REFERENCE_JAVA, REFERENCE_JAVA_TRUSTED)
 
 
 @dataclass(frozen=True)
@@ -95,6 +108,9 @@ class ProxyValues:
     component): Helm profiles then give their containers the trust group too.
     `selection` is the runtimes these values are for: `select` gives the same values
     for another selection, `trusted` those of a container with the trust mount.
+    `digest` is the digest of the cluster's values (`render.digest`), which whatever injects them
+    stamps as `VALUES_ANNOTATION`; None: nothing is stamped. A Helm profile's values (whose NO_PROXY
+    adds its chart's names) keep the cluster's digest, so that every stamp compares with one value.
     """
 
     http_proxy: Any
@@ -105,6 +121,7 @@ class ProxyValues:
     selection: frozenset[Runtime] = frozenset()
     java_trust_options: Any = None
     trust: bool = False
+    digest: Any = None
 
     def select(self, selection: Iterable[Runtime]) -> ProxyValues:
         return replace(self, selection=frozenset(selection))
@@ -186,6 +203,39 @@ def pod_env(settings: Settings, values: ProxyValues) -> list[Obj]:
     ]
 
 
+def _reference_keys(values: ProxyValues) -> ProxyValues:
+    """`values` with each value replaced by the key of proxy-config that holds it (`proxy_config_object` with
+    `injection.transformEnv: reference`): env_pairs of these are (name, key) pairs."""
+    trust = values.java_trust_options
+    # `trusted()` values carry the trust variant as java_options (the same object, or an equal string).
+    trusted = trust is not None and (values.java_options is trust or values.java_options == trust)
+    return replace(
+        values,
+        http_proxy="HTTP_PROXY",
+        https_proxy="HTTPS_PROXY",
+        no_proxy=REFERENCE_NO_PROXY,
+        no_proxy_python=None if values.no_proxy_python is None else NO_PROXY_PYTHON,
+        java_options=None if values.java_options is None else REFERENCE_JAVA_TRUSTED if trusted else REFERENCE_JAVA,
+        java_trust_options=None if trust is None else REFERENCE_JAVA_TRUSTED,
+        digest=None,
+    )
+
+
+def pod_env_by_reference(settings: Settings, values: ProxyValues) -> list[Obj]:
+    """The env `pod_env` gives for `values`' selection, each value read from the namespace's proxy-config
+    (`configMapKeyRef`, or `secretKeyRef` with credentials), so that a change of the values changes proxy-config and
+    no template. NODE_USE_ENV_PROXY is the constant "1" and stays a literal. The namespace must have proxy-config
+    rendered with `injection.transformEnv: reference` (which holds every key named here, whatever the selection)."""
+    ref = "secretKeyRef" if settings.has_credentials else "configMapKeyRef"
+    keyed = _reference_keys(values)
+    return [
+        {"name": name, "value": key}
+        if name == NODE_USE_ENV_PROXY
+        else {"name": name, "valueFrom": {ref: {"name": CONFIG_NAME, "key": key}}}
+        for name, key in env_pairs(keyed)
+    ]
+
+
 def reads_proxy_config(container: Mapping[str, Any]) -> bool:
     """The container's `envFrom` names `proxy-config` (a ConfigMap or a Secret): it has the six already."""
     sources = container.get("envFrom") or []
@@ -224,17 +274,27 @@ def proxy_config_object(settings: Settings, namespace: str, values: ProxyValues)
     """The `proxy-config` of one namespace, for `envFrom`; a Secret when the URLs carry credentials.
 
     It holds the env of the namespace's runtime selection (`runtimes.namespaces`, else the
-    cluster-wide flags) and `NO_PROXY_PYTHON`, whatever `values.selection` is.
+    cluster-wide flags) and `NO_PROXY_PYTHON`, whatever `values.selection` is; with
+    `injection.transformEnv: reference` also `REFERENCE_KEYS`, what `pod_env_by_reference` reads for any
+    selection. With `values.digest`, the annotation says which configuration it holds.
     """
     selected = values.select(settings.runtimes.for_namespace(namespace))
     data = dict(env_pairs(selected))
     if values.no_proxy_python is not None:
         data[NO_PROXY_PYTHON] = values.no_proxy_python
-    metadata = {
+    if settings.injection.transform_env == REFERENCE:
+        data[REFERENCE_NO_PROXY] = values.no_proxy
+        if values.java_options is not None:
+            data[REFERENCE_JAVA] = values.java_options
+        if values.java_trust_options is not None:
+            data[REFERENCE_JAVA_TRUSTED] = values.java_trust_options
+    metadata: Obj = {
         "name": CONFIG_NAME,
         "namespace": namespace,
         "labels": {"app.kubernetes.io/part-of": "proxy-component", "app.kubernetes.io/component": "proxy-env"},
     }
+    if values.digest is not None:
+        metadata["annotations"] = {VALUES_ANNOTATION: values.digest}
     if settings.has_credentials:
         return {"apiVersion": "v1", "kind": "Secret", "metadata": metadata, "type": "Opaque", "stringData": data}
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": data}

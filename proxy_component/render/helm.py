@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -32,7 +32,8 @@ import yaml
 
 from ..noproxy import NoProxy
 from ..settings import HelmValuesSecret, NetworkValues, Runtime, Settings, SettingsError, release_name
-from .env import ProxyValues, env_vars, workload_values
+from .digest import stamped
+from .env import VALUES_ANNOTATION, ProxyValues, env_vars, workload_values
 from .trust import bundle_in, trust_env_vars, trust_volume, trust_volume_mount
 
 __all__ = [
@@ -77,6 +78,9 @@ class Profile:
     `trust_keys` are the keys set only with `proxy.upstream.trustedCa`: the
     `proxy-trust` volume and mounts (and the trust variables where the proxy's
     keys are no env list); with them, the env lists carry the trust group too.
+    `annotation_keys` are where the chart takes annotations for the pods the
+    profile gives the env: each gets `VALUES_ANNOTATION` with the values' digest
+    (when they have one), so `check` can tell a pod that holds old values.
     """
 
     name: str
@@ -90,6 +94,7 @@ class Profile:
     derive: Callable[[str, str], tuple[str, ...]] | None = None
     left_out: tuple[LeftOut, ...] = ()
     trust_keys: tuple[str, ...] = ()
+    annotation_keys: tuple[str, ...] = ()
 
     def names(self, release: str | None = None, dns_domain: str = "cluster.local") -> tuple[str, ...]:
         """The in-cluster names for a release (default: the docs' `release`) in a cluster with this domain."""
@@ -128,9 +133,11 @@ class _Leaf(enum.Enum):
     TRUST_ENV = "trust_env"
     VOLUMES = "volumes"
     MOUNTS = "volume_mounts"
+    ANNOTATIONS = "annotations"
 
 
 _TRUST_ONLY = frozenset({_Leaf.TRUST_ENV, _Leaf.VOLUMES, _Leaf.MOUNTS})
+_NOT_PROXY_KEYS = _TRUST_ONLY | {_Leaf.ANNOTATIONS}
 
 
 def _unknown(profile: str) -> str:
@@ -152,6 +159,8 @@ def _leaf(kind: _Leaf, values: ProxyValues, trusted: bool) -> Any:
         return [trust_volume()]
     if kind is _Leaf.MOUNTS:
         return [trust_volume_mount()]
+    if kind is _Leaf.ANNOTATIONS:
+        return {VALUES_ANNOTATION: values.digest}
     return getattr(values, kind.value)
 
 
@@ -164,7 +173,7 @@ def _builder(spec: tuple[tuple[str, _Leaf], ...]) -> Callable[[ProxyValues], Val
         trusted = values.trust and mounts
         out: Values = {}
         for path, kind in spec:
-            if kind in _TRUST_ONLY and not trusted:
+            if (kind in _TRUST_ONLY and not trusted) or (kind is _Leaf.ANNOTATIONS and values.digest is None):
                 continue
             *parents, last = path.split(".")
             node = out
@@ -190,9 +199,23 @@ def _profile(
     """A profile whose `keys` and builder come from one spec, so they cannot drift apart; `left_out` must be
     declared. Its `hosts` are what `derive` gives for the docs' release and cluster.local (none without it)."""
     hosts = derive(release or name, "cluster.local") if derive is not None else ()
-    keys = tuple(path for path, kind in spec if kind not in _TRUST_ONLY)
+    keys = tuple(path for path, kind in spec if kind not in _NOT_PROXY_KEYS)
     trust_keys = tuple(path for path, kind in spec if kind in _TRUST_ONLY)
-    return Profile(name, chart, keys, source, description, _builder(spec), hosts, release, derive, left_out, trust_keys)
+    annotations = tuple(path for path, kind in spec if kind is _Leaf.ANNOTATIONS)
+    return Profile(
+        name,
+        chart,
+        keys,
+        source,
+        description,
+        _builder(spec),
+        hosts,
+        release,
+        derive,
+        left_out,
+        trust_keys,
+        annotations,
+    )
 
 
 def _helm_name(text: str) -> str:
@@ -242,6 +265,10 @@ def _envs(*paths: str) -> tuple[tuple[str, _Leaf], ...]:
     return tuple((path, _Leaf.ENV) for path in paths)
 
 
+def _annotations(*paths: str) -> tuple[tuple[str, _Leaf], ...]:
+    return tuple((path, _Leaf.ANNOTATIONS) for path in paths)
+
+
 _SNAKE = ("http_proxy", "https_proxy", "no_proxy")
 _CAMEL = ("httpProxy", "httpsProxy", "noProxy")
 
@@ -255,7 +282,12 @@ _ALL = (
         "component calls another (the API server calls the webhook's Service, and does not read these variables)",
         "The controller is the component that calls ACME servers; the chart sets the upper-case variables from "
         "these three top-level keys. The webhook and cainjector talk only to the API server.",
-        (*_triple("", *_SNAKE), ("extraEnv", _Leaf.TRUST_ENV), *_mounts(("volumes", "volumeMounts"))),
+        (
+            *_triple("", *_SNAKE),
+            ("extraEnv", _Leaf.TRUST_ENV),
+            *_mounts(("volumes", "volumeMounts")),
+            *_annotations("podAnnotations"),
+        ),
         left_out=(
             LeftOut("*-cainjector/cert-manager-cainjector", "injects CA bundles into API objects: API server only"),
             LeftOut("*-webhook/cert-manager-webhook", "serves the API server's admission calls; calls nothing outside"),
@@ -310,6 +342,15 @@ _ALL = (
                 ("repoServer.volumes", "repoServer.volumeMounts"),
                 ("server.volumes", "server.volumeMounts"),
             ),
+            *_annotations(
+                "applicationSet.podAnnotations",
+                "commitServer.podAnnotations",
+                "controller.podAnnotations",
+                "dex.podAnnotations",
+                "notifications.podAnnotations",
+                "repoServer.podAnnotations",
+                "server.podAnnotations",
+            ),
         ),
         release="argocd",
         derive=_argo_cd_names,
@@ -338,7 +379,7 @@ _ALL = (
         "One chart-wide list reaches every container the chart itself manages (agent, aggregator collector and "
         "shipper, webhook server, validator, jobs); all are Go binaries that read the variables. Not the vendored "
         "kube-state-metrics subchart, which reads only the API server.",
-        _envs("defaults.env"),
+        (*_envs("defaults.env"), *_annotations("defaults.annotations")),
         derive=_cloudzero_names,
         left_out=(
             LeftOut(
@@ -354,7 +395,7 @@ _ALL = (
         "service/controller/resource/clustersecret/desired.go @03504133 writes the same shape",
         "For charts whose single workload reads a top-level env list of {name, value} entries, such as Giant Swarm's "
         "external-dns-app 3.5.0 (its external-dns container). Hosts: none, the chart is not known.",
-        _envs("env"),
+        (*_envs("env"), *_annotations("podAnnotations")),
         left_out=(),
     ),
     _profile(
@@ -367,7 +408,7 @@ _ALL = (
         "Only the controller talks to the secret providers (cloud secret managers, Vault, ...). The webhook "
         "validates resources and the cert controller keeps the webhook certificate: both talk to the API server "
         "only, so webhook.extraEnv and certController.extraEnv are left alone.",
-        (*_envs("extraEnv"), *_mounts(("extraVolumes", "extraVolumeMounts"))),
+        (*_envs("extraEnv"), *_mounts(("extraVolumes", "extraVolumeMounts")), *_annotations("podAnnotations")),
         left_out=(
             LeftOut("*-cert-controller/cert-controller", "keeps the webhook's certificate: API server only"),
             LeftOut("*-webhook/webhook", "serves the API server's admission calls; calls nothing outside"),
@@ -437,6 +478,12 @@ _ALL = (
                 ("backgroundController.extraVolumes", "backgroundController.extraVolumeMounts"),
                 ("cleanupController.extraVolumes", "cleanupController.extraVolumeMounts"),
                 ("reportsController.extraVolumes", "reportsController.extraVolumeMounts"),
+            ),
+            *_annotations(
+                "admissionController.podAnnotations",
+                "backgroundController.podAnnotations",
+                "cleanupController.podAnnotations",
+                "reportsController.podAnnotations",
             ),
         ),
         left_out=(
@@ -531,12 +578,16 @@ def profile_values(
     release: str | None = None,
 ) -> ProxyValues:
     """The values one profile's builder receives: `values`' URLs (default: the settings') and its NO_PROXY for
-    `release`, for `selection` (default: `values`' selection, else the cluster-wide flags)."""
+    `release`, for `selection` (default: `values`' selection, else the cluster-wide flags); the digest is the
+    cluster's (`values`', else the settings' own), not one of the profile's NO_PROXY."""
     http, https = (values.http_proxy, values.https_proxy) if values else (None, None)
     if selection is None:
         selection = values.selection if values else settings.runtimes.cluster_wide
     no_proxy = profile_no_proxy(settings, profile, network, release)
-    return workload_values(settings, no_proxy, http, https, selection)
+    digest = (
+        values.digest if values else stamped(workload_values(settings, settings.no_proxy(network)), settings).digest
+    )
+    return replace(workload_values(settings, no_proxy, http, https, selection), digest=digest)
 
 
 def merge_values(user: Mapping[str, Any], proxy: Mapping[str, Any]) -> Values:

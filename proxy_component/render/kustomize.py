@@ -4,6 +4,10 @@ With `proxy.upstream.trustedCa` they add the trust group too (`render.trust`): t
 `proxy-trust` volume and its read-only mount, and JDK_JAVA_OPTIONS naming the truststore. A patch cannot
 look at the workload: the strategic-merge form merges env by name, volumes by name and mounts by path; the
 JSON patch appends to env, volumes and volumeMounts, which must exist already (e.g. `[]`).
+
+With the values' digest, the pod template (a Pod's own metadata) gets `VALUES_ANNOTATION`: in the strategic-merge
+patch itself, and beside the JSON patch in a strategic-merge patch of its own (a JSON patch cannot add a key to
+annotations that may not exist).
 """
 
 from __future__ import annotations
@@ -12,10 +16,10 @@ import json
 from typing import Any
 
 from ..settings import Settings
-from .env import ProxyValues, pod_env, workload_kind
+from .env import VALUES_ANNOTATION, ProxyValues, pod_env, workload_kind
 from .trust import trust_env_vars, trust_volume, trust_volume_mount
 
-__all__ = ["json_patch", "kustomization", "strategic_merge_patch"]
+__all__ = ["annotation_patch", "json_patch", "kustomization", "strategic_merge_patch"]
 
 Obj = dict[str, Any]
 
@@ -40,6 +44,26 @@ def json_patch(
     return ops
 
 
+def _nested(path: tuple[str, ...], leaf: Obj) -> Obj:
+    for key in reversed(path):
+        leaf = {key: leaf}
+    return leaf
+
+
+def _merge(into: Obj, other: Obj) -> Obj:
+    out = dict(into)
+    for key, value in other.items():
+        out[key] = _merge(out[key], value) if isinstance(out.get(key), dict) and isinstance(value, dict) else value
+    return out
+
+
+def _stamp(pod_spec: tuple[str, ...], values: ProxyValues) -> Obj:
+    """The pod template's (a Pod's own) metadata with the digest annotation, as a patch body; {} without a digest."""
+    if values.digest is None:
+        return {}
+    return _nested((*pod_spec[:-1], "metadata"), {"annotations": {VALUES_ANNOTATION: values.digest}})
+
+
 def strategic_merge_patch(settings: Settings, values: ProxyValues, *, kind: str, name: str, container: str) -> Obj:
     """A strategic-merge patch that finds the container by name, not index, and merges env by variable name."""
     api_version, pod_spec = workload_kind(kind)
@@ -48,21 +72,31 @@ def strategic_merge_patch(settings: Settings, values: ProxyValues, *, kind: str,
     if settings.trusted_ca is not None:
         target["volumeMounts"] = [trust_volume_mount()]
         node["volumes"] = [trust_volume()]
-    for key in reversed(pod_spec):
-        node = {key: node}
-    return {"apiVersion": api_version, "kind": kind, "metadata": {"name": name}, **node}
+    body = _merge(_nested(pod_spec, node), _stamp(pod_spec, values))
+    return _merge({"apiVersion": api_version, "kind": kind, "metadata": {"name": name}}, body)
+
+
+def annotation_patch(values: ProxyValues, *, kind: str, name: str) -> Obj | None:
+    """A strategic-merge patch that only stamps the digest on the pod template (None without a digest)."""
+    api_version, pod_spec = workload_kind(kind)
+    stamp = _stamp(pod_spec, values)
+    if not stamp:
+        return None
+    return _merge({"apiVersion": api_version, "kind": kind, "metadata": {"name": name}}, stamp)
 
 
 def kustomization(
     settings: Settings, values: ProxyValues, *, kind: str, name: str, container: str | None = None
 ) -> Obj:
-    """A Kustomization with the JSON patch (container index 0), or the strategic-merge patch when `container` is given."""
+    """A Kustomization with the JSON patch (container index 0) and the annotation's patch, or the strategic-merge patch
+    when `container` is given."""
+    target = {"kind": kind, "name": name}
     if container is None:
-        patch = json.dumps(json_patch(settings, values, kind), indent=2)
+        patches = [{"target": target, "patch": json.dumps(json_patch(settings, values, kind), indent=2)}]
+        stamp = annotation_patch(values, kind=kind, name=name)
+        if stamp is not None:
+            patches.append({"target": target, "patch": json.dumps(stamp, indent=2)})
     else:
         patch = json.dumps(strategic_merge_patch(settings, values, kind=kind, name=name, container=container), indent=2)
-    return {
-        "apiVersion": "kustomize.config.k8s.io/v1beta1",
-        "kind": "Kustomization",
-        "patches": [{"target": {"kind": kind, "name": name}, "patch": patch}],
-    }
+        patches = [{"target": target, "patch": patch}]
+    return {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "patches": patches}

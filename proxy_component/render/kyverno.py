@@ -41,7 +41,7 @@ from typing import Any
 
 from ..settings import RUNTIMES, Runtime, Settings
 from .admission import POD_CREATE, POD_EPHEMERAL, Text, cel_literal, excluded_namespaces, plain_text, pod_mutation
-from .env import CONFIG_NAME, ENV_NAMES, RUNTIME_VARIABLES, ProxyValues, pod_env
+from .env import CONFIG_NAME, ENV_NAMES, RUNTIME_VARIABLES, VALUES_ANNOTATION, ProxyValues, pod_env
 from .trust import BUNDLE_NAME, MOUNT_PATH, TRUST_NAMES, trust_env_vars, trust_volume, trust_volume_mount
 
 __all__ = [
@@ -208,7 +208,12 @@ def _some(expression: str) -> Obj:
 
 
 def _foreach(
-    field: str, conditions: list[Obj], env: list[Obj], any_of: list[Obj] | None = None, trust: bool = False
+    field: str,
+    conditions: list[Obj],
+    env: list[Obj],
+    any_of: list[Obj] | None = None,
+    trust: bool = False,
+    stamp: Any = None,
 ) -> Obj:
     container: Obj = {"(name)": "{{ element.name }}", "env": env}
     spec: Obj = {field: [container]}
@@ -219,10 +224,14 @@ def _foreach(
     preconditions: Obj = {"all": conditions}
     if any_of:
         preconditions["any"] = any_of
+    patch: Obj = {"spec": spec}
+    if stamp is not None and field != "ephemeralContainers":  # an ephemeral container changes no stamp
+        # The add anchor: the Pod's own annotation of that key is kept, as the MutatingPolicy keeps it.
+        patch = {"metadata": {"annotations": {f"+({VALUES_ANNOTATION})": stamp}}, **patch}
     return {
         "list": f"request.object.spec.{field}",
         "preconditions": preconditions,
-        "patchStrategicMerge": {"spec": spec},
+        "patchStrategicMerge": patch,
     }
 
 
@@ -267,9 +276,10 @@ def _foreaches(settings: Settings, values: ProxyValues, field: str) -> list[Obj]
                 out.append(_foreach(field, conditions, [everything[name]]))
     for python in (False, True):
         six = [e for e in pod_env(settings, values.select(["python"] if python else [])) if e["name"] in ENV_NAMES]
-        out.append(_foreach(field, [*_no_proxy_names(), _is(settings, "python", python)], six))
+        conditions = [*_no_proxy_names(), _is(settings, "python", python)]
+        out.append(_foreach(field, conditions, six, stamp=values.digest))
     if trust:
-        out.append(_foreach(field, _receives_trust(field), trust_env_vars(), trust=True))
+        out.append(_foreach(field, _receives_trust(field), trust_env_vars(), trust=True, stamp=values.digest))
     return out
 
 

@@ -10,7 +10,9 @@ import pytest
 import yaml
 
 from proxy_component import ClusterNetwork, ClusterProxy, ClusterProxyArgs, SettingsError
+from proxy_component.render.digest import VALUES_ANNOTATION, settings_digest
 from proxy_component.render.helm import PROFILES
+from proxy_component.settings import parse_settings
 from tests.conftest import Harness, holds_secret
 
 SECRET = "kubernetes:core/v1:Secret"
@@ -43,10 +45,12 @@ def test_helm_values_are_outputs_for_every_profile(mocked: Harness) -> None:
     assert sorted(proxy.helm_values) == sorted(PROFILES)
     no_proxy = mocked.value(proxy.no_proxy)
     url = "http://http-proxy.kube-system.svc.cluster.local:8888"
+    # The controller's pods carry the values digest, the same the command's render computes.
     assert mocked.value(proxy.helm_values["cert-manager"]) == {
         "http_proxy": url,
         "https_proxy": url,
         "no_proxy": no_proxy,
+        "podAnnotations": {VALUES_ANNOTATION: settings_digest(parse_settings(PLAIN))},
     }
     assert not mocked.secret(proxy.helm_values["cert-manager"])
 
@@ -175,10 +179,12 @@ def test_capi_uses_the_upstream_for_nodes_and_the_service_for_pods(mocked: Harne
     assert policy.typ == "kubernetes:policies.kyverno.io/v1:MutatingPolicy"
     variables = {v["name"]: v["expression"] for v in policy.inputs["spec"]["variables"]}
     assert list(variables) == [
-        "httpProxy", "httpsProxy", "noProxy", "noProxyPython", "jdkJavaOptions", "selected", "python", "entries"
+        "httpProxy", "httpsProxy", "noProxy", "noProxyPython", "jdkJavaOptions", "valuesDigest", "selected", "python",
+        "entries", "injected",
     ]  # fmt: skip
     # The values are literals of their own variables (an Output resolved by the mocks), which the entries read.
     assert variables["httpProxy"] == "'http://http-proxy.kube-system.svc.cluster.local:8888'"
+    assert variables["valuesDigest"] == f"'{settings_digest(parse_settings(PLAIN))}'"
     assert "'value': dyn(variables.httpProxy)" in variables["entries"]
     assert not any(name.startswith("egress-kyverno-clone") for name in registered), "no credentials, no trusted CA"
 

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from proxy_component.render.admission import POLICY_NAME, VALUE_VARIABLES
+from proxy_component.render.digest import VALUES_ANNOTATION
 from proxy_component.settings import Settings, parse_settings
 
 from .conftest import changes
@@ -56,15 +57,15 @@ def test_pulumi_up_applies_the_policy_and_a_no_proxy_change_updates_only_its_no_
 
     project.config(f"{ns}:proxy", {"noProxy": [".corp.example"]})
     preview = project.preview_json()
-    # NO_PROXY moves the policies' NO_PROXY variables (and team-a's proxy-config): updates only, in place; the binding
-    # stays. Kyverno's MutatingPolicy carries the same variables.
+    # NO_PROXY moves the policies' NO_PROXY variables and the values digest (and team-a's proxy-config): updates only,
+    # in place; the binding stays. Kyverno's MutatingPolicy carries the same variables.
     assert changes(preview) == {
         "update": ["admission-admission-policy", "admission-kyverno-mutating-policy", "admission-proxy-config-team-a"]
     }, preview
     names = [v["name"] for v in policy["spec"]["variables"]]
     moved = {
         f"spec.variables[{names.index(VALUE_VARIABLES[k])}].expression"
-        for k in ("NO_PROXY", "NO_PROXY_PYTHON", "JDK_JAVA_OPTIONS")
+        for k in ("NO_PROXY", "NO_PROXY_PYTHON", "JDK_JAVA_OPTIONS", VALUES_ANNOTATION)
     }
     for step in preview["steps"]:
         if step["op"] == "update" and "policy" in step["urn"].rsplit("::", 1)[-1]:

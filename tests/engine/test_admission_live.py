@@ -25,6 +25,7 @@ import yaml
 
 from proxy_component.render import plain_values
 from proxy_component.render.admission import POD_CREATE, POLICY_NAME
+from proxy_component.render.digest import settings_digest
 from proxy_component.settings import Settings
 from proxy_component.transform import proxy_env_transform
 from tests.injection_cases import (
@@ -38,6 +39,7 @@ from tests.injection_cases import (
     profile_raw,
     profile_settings,
     profiles,
+    stamp,
     transformed,
 )
 
@@ -232,7 +234,7 @@ def test_every_case_of_the_table_comes_out_of_admission_as_the_transform_renders
     served = cluster.get(f"mutatingadmissionpolicies.{expected_api.split('/')[1]}.admissionregistration.k8s.io",
                          POLICY_NAME)  # fmt: skip
     assert served["apiVersion"] == expected_api
-    compared = untouched = 0
+    compared = untouched = stamped = 0
     for case in cases():
         pod = case.pod(f"{profile}-{version or 'v1'}-{case.name}")
         pod["metadata"]["labels"] = {"table": "injection"}
@@ -241,6 +243,9 @@ def test_every_case_of_the_table_comes_out_of_admission_as_the_transform_renders
         expected = transformed(settings, pod)
         got, wanted = injected_parts(admitted["spec"]), injected_parts(expected["spec"])
         assert got == wanted, (profile, case.name, _first_difference(got, wanted))
+        # The values digest: on each Pod that got anything, unless it had its own (kept); on no other.
+        assert stamp(admitted) == stamp(expected), (profile, case.name)
+        stamped += stamp(admitted) == settings_digest(settings)
         compared += 1
         untouched += expected == pod
     _delete_pods(cluster)
@@ -248,6 +253,7 @@ def test_every_case_of_the_table_comes_out_of_admission_as_the_transform_renders
     # The table holds Pods left alone (opted out, excluded namespaces, kube-system; with credentials, namespaces
     # without the proxy-config Secret) and Pods changed: both sides of each rule were exercised.
     assert 3 <= untouched < compared, untouched
+    assert stamped >= 10, stamped
 
 
 @pytest.mark.cluster
@@ -287,6 +293,7 @@ def test_ephemeral_containers_added_by_the_subresource_get_what_the_transform_gi
         # The Pod's other containers and volumes are as admission made them at CREATE.
         after = cluster.get("pod", name, "-n", case.namespace)
         assert injected_parts(after["spec"]) == injected_parts(admitted["spec"])
+        assert stamp(after) == stamp(admitted), "an ephemeral container changes no stamp"
     _delete_pods(cluster)
     # Both sides of the rules exercised: containers given the env (and, with trust, the mount) and containers left
     # alone (their own proxy names, opted-out Pods, excluded namespaces).
@@ -349,6 +356,7 @@ def test_pods_of_a_deployment_and_a_job_made_by_the_real_controllers_get_what_th
             owner = pod["metadata"]["ownerReferences"][0]["kind"]
             assert owner == ("ReplicaSet" if kind == "Deployment" else "Job"), owner
             assert injected_parts(pod["spec"]) == expected, (kind, name, pod["metadata"]["name"])
+            assert stamp(pod) == settings_digest(settings), (kind, name, pod["metadata"]["name"])
         # The workload itself stays as written: admission mutates Pods, never their templates.
         stored = cluster.get(kind.lower(), name, "-n", case.namespace)["spec"]["template"]["spec"]
         assert injected_parts(stored) == injected_parts(workload["spec"]["template"]["spec"])
@@ -432,3 +440,4 @@ def test_the_api_servers_paramkind_defect_the_policy_is_built_without_is_real_an
         admitted = json.loads(cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-",
                                               stdin=json.dumps(pod)).stdout)  # fmt: skip
         assert injected_parts(admitted["spec"]) == injected_parts(transformed(settings, pod)["spec"]), case.name
+        assert stamp(admitted) == stamp(transformed(settings, pod)), case.name

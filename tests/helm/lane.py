@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from proxy_component.render.env import env_pairs
+from proxy_component.render.env import VALUES_ANNOTATION, env_pairs
 from proxy_component.render.helm import PROFILES, LeftOut, helm_values, merge_values, profile_no_proxy, profile_values
 from proxy_component.settings import Settings
 from tests.examples import example
@@ -187,6 +187,7 @@ class Container:
     name: str
     init: bool
     env: Mapping[str, str | None]  # the proxy variables it gets, resolved; None: a reference nothing rendered holds
+    stamp: str | None = None  # its pod template's values digest annotation
 
     @property
     def path(self) -> str:
@@ -218,6 +219,16 @@ def pod_specs(obj: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
         yield spec["template"]["spec"]
 
 
+def pod_metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The metadata of a workload's pod template (a Pod's own)."""
+    kind, spec = obj.get("kind"), obj.get("spec") or {}
+    if kind == "Pod":
+        return obj.get("metadata") or {}
+    if kind == "CronJob":
+        return spec["jobTemplate"]["spec"]["template"].get("metadata") or {}
+    return spec["template"].get("metadata") or {}
+
+
 def containers(objects: tuple[dict[str, Any], ...]) -> list[Container]:
     """Every container and initContainer of every workload (hooks, Jobs, CronJobs and test Pods included), with
     the proxy variables it gets from `env` (literals, or ConfigMap/Secret keys the chart renders) and `envFrom`."""
@@ -228,6 +239,7 @@ def containers(objects: tuple[dict[str, Any], ...]) -> list[Container]:
     for obj in objects:
         for spec in pod_specs(obj):
             workload = f"{obj['kind']}/{obj['metadata']['name']}"
+            stamp = (pod_metadata(obj).get("annotations") or {}).get(VALUES_ANNOTATION)
             for key in ("initContainers", "containers"):
                 for c in spec.get(key) or []:
                     env: dict[str, str | None] = {}
@@ -240,7 +252,7 @@ def containers(objects: tuple[dict[str, Any], ...]) -> list[Container]:
                     for entry in c.get("env") or []:
                         env[entry["name"]] = _env_value(entry, sources)
                     wanted = {n: v for n, v in env.items() if n.upper() in PROXY_NAMES}
-                    found.append(Container(workload, c["name"], key == "initContainers", wanted))
+                    found.append(Container(workload, c["name"], key == "initContainers", wanted, stamp))
     return found
 
 
@@ -334,6 +346,10 @@ def check(case: Case, helm: Path, charts: Mapping[str, Path]) -> Result:
             continue
         if reason is not None:
             problems.append(f"{c.path}: gets the proxy but is on the left-out list as {reason.pattern!r}")
+        # The values digest on each pod the env reaches, where the chart takes pod annotations (annotation_keys).
+        stamp = values.digest if PROFILES[case.profile].annotation_keys else None
+        if c.stamp != stamp:
+            problems.append(f"{c.path}: its pod's {VALUES_ANNOTATION} is {c.stamp!r}, expected {stamp!r}")
         # NO_PROXY is the composed value; the other names are what the profile's env list gives them (lower-case
         # no_proxy is the Python-safe rendering when the cluster selects it).
         want = {**dict(env_pairs(values)), "NO_PROXY": expected}

@@ -18,11 +18,12 @@ import pytest
 import yaml
 
 from proxy_component.render import plain_values
+from proxy_component.render.digest import settings_digest
 from proxy_component.render.env import proxy_config_object
 from proxy_component.render.kyverno import CLONE_CONFIG_NAME, CLONE_TRUST_NAME, POLICY_NAME, kyverno_objects
 from proxy_component.render.trust import trust_bundle_object
 from proxy_component.settings import Settings, parse_settings
-from tests.injection_cases import cases, namespaces, profile_raw, profiles, transformed
+from tests.injection_cases import cases, namespaces, profile_raw, profiles, stamp, transformed
 
 Obj = dict[str, Any]
 KINDS = ("MutatingPolicy", "ClusterPolicy")
@@ -159,12 +160,15 @@ def test_the_legacy_cluster_policy_adds_what_the_transform_adds_in_its_own_order
         for doc in yaml.safe_load_all((directory / "applied.yaml").read_text())
         if doc
     }
-    reordered = 0
+    reordered = stamped = 0
     for pod, after in zip(pods, expected, strict=True):
         got = applied[(pod["metadata"]["namespace"], pod["metadata"]["name"])]
         assert _unordered(got) == _unordered(after), pod["metadata"]["name"]
+        assert stamp(got) == stamp(after), pod["metadata"]["name"]  # the add anchor keeps a Pod's own
+        stamped += stamp(got) == settings_digest(settings)
         reordered += got["spec"] != after["spec"]
     assert reordered > 0, "the legacy policy's order now equals the transform's: hold it to the exact comparison"
+    assert stamped >= 10, stamped
 
 
 @pytest.mark.parametrize("kind", KINDS)

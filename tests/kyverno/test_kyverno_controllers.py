@@ -49,6 +49,7 @@ from tests.injection_cases import (
     injected_parts,
     namespaces,
     profiles,
+    stamp,
     transformed,
 )
 
@@ -307,6 +308,7 @@ def test_kyvernos_admission_controller_gives_every_pod_of_the_table_what_the_tra
         admitted = live.get("pod", pod["metadata"]["name"], "-n", case.namespace)
         expected = transformed(settings, pod)
         assert injected_parts(admitted["spec"]) == injected_parts(expected["spec"]), (profile, case.name)
+        assert stamp(admitted) == stamp(expected), (profile, case.name)
         untouched += expected == pod
     _delete_pods(live)
     # Both sides of each rule: Pods left alone (opted out, excluded namespaces, kube-system) and Pods changed.
@@ -346,6 +348,7 @@ def test_kyvernos_admission_controller_gives_ephemeral_containers_what_the_trans
             untouched += expected[-1] == container
         after = live.get("pod", name, "-n", case.namespace)
         assert injected_parts(after["spec"]) == injected_parts(admitted["spec"])
+        assert stamp(after) == stamp(admitted), "an ephemeral container changes no stamp"
     _delete_pods(live)
     assert changed >= 4, (changed, untouched)
     assert untouched >= 2, (changed, untouched)

@@ -24,6 +24,7 @@ from proxy_component.render.admission import (
     admission_policy_binding,
     cel_literal,
 )
+from proxy_component.render.digest import settings_digest
 from proxy_component.settings import SettingsError, parse_settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,20 +91,21 @@ def test_each_value_that_follows_the_network_is_one_literal_variable_and_nothing
         "noProxy": cel_literal(str(settings.no_proxy())),
         "noProxyPython": cel_literal(values.no_proxy_python),
         "jdkJavaOptions": cel_literal(values.java_options),
+        "valuesDigest": cel_literal(settings_digest(settings)),
     }
     # The values come first, and the expressions that place them read the variables, never a copy of a value.
     names = [v["name"] for v in policy["spec"]["variables"]]
-    assert names[:5] == ["httpProxy", "httpsProxy", "noProxy", "noProxyPython", "jdkJavaOptions"]
-    rest = yaml.safe_dump([policy["spec"]["variables"][5:], policy["spec"]["mutations"]])
+    assert names[:6] == ["httpProxy", "httpsProxy", "noProxy", "noProxyPython", "jdkJavaOptions", "valuesDigest"]
+    rest = yaml.safe_dump([policy["spec"]["variables"][6:], policy["spec"]["mutations"]])
     for literal in _values_of(policy).values():
         assert literal[1:-1] not in rest
-    # A NO_PROXY change moves the NO_PROXY variables alone (and JDK_JAVA_OPTIONS, which carries it): the same
-    # policy otherwise, the same binding.
+    # A NO_PROXY change moves the NO_PROXY variables alone (and JDK_JAVA_OPTIONS, which carries it, and the digest
+    # of them all): the same policy otherwise, the same binding.
     other = _settings(runtimes={"java": True}, cluster={"podCidrs": ["10.244.0.0/16", "fd00::/48"]},
                       proxy={"noProxy": [".corp.example"]})  # fmt: skip
     changed = admission_policy(other, plain_values(other))
     moved = {k for k, v in _values_of(changed).items() if _values_of(policy)[k] != v}
-    assert moved == {"noProxy", "noProxyPython", "jdkJavaOptions"}
+    assert moved == {"noProxy", "noProxyPython", "jdkJavaOptions", "valuesDigest"}
     for key in moved:
         changed["spec"]["variables"][names.index(key)] = policy["spec"]["variables"][names.index(key)]
     assert changed == policy
@@ -119,14 +121,14 @@ def test_with_credentials_the_policy_holds_no_url_and_only_namespaces_with_the_s
     assert "hunter2" not in text
     assert "proxy.corp" not in text
     policy, _ = objects
-    assert set(_values_of(policy)) == {"noProxy", "noProxyPython"}
+    assert set(_values_of(policy)) == {"noProxy", "noProxyPython", "valuesDigest"}
     assert policy["spec"]["matchConditions"][1] == {
         "name": "has-proxy-config-secret",
         "expression": "request.namespace in ['apps']",
     }
     assert (
         "'secretKeyRef': dyn({'name': dyn('proxy-config'), 'key': dyn('HTTPS_PROXY')})"
-        in policy["spec"]["variables"][4]["expression"]
+        in next(v for v in policy["spec"]["variables"] if v["name"] == "entries")["expression"]
     )
 
 
@@ -194,7 +196,8 @@ def test_without_a_trusted_ca_the_policy_has_no_trust_part() -> None:
     settings = _settings()
     policy = admission_policy(settings, plain_values(settings))
     assert [v["name"] for v in policy["spec"]["variables"]] == [
-        "httpProxy", "httpsProxy", "noProxy", "noProxyPython", "jdkJavaOptions", "selected", "python", "entries"
+        "httpProxy", "httpsProxy", "noProxy", "noProxyPython", "jdkJavaOptions", "valuesDigest", "selected", "python",
+        "entries", "injected",
     ]  # fmt: skip
     assert "proxy-trust" not in yaml.safe_dump(policy)
 
