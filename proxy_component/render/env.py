@@ -270,13 +270,22 @@ def additions(container: Mapping[str, Any], entries: Sequence[Obj]) -> list[Obj]
     return [entry for entry in entries if entry["name"] not in names]
 
 
+def _env_part(digest: Any) -> Any:
+    """The env part of a values digest (`<env>-<trust>`), a string or an Output: what `proxy-config` holds. Not the
+    trust part: a CA rotation must not write `proxy-config`, whose last data write tells which pods read it before
+    (live/stale.py)."""
+    if isinstance(digest, str):
+        return digest.partition("-")[0]
+    return digest.apply(lambda d: str(d).partition("-")[0])
+
+
 def proxy_config_object(settings: Settings, namespace: str, values: ProxyValues) -> Obj:
     """The `proxy-config` of one namespace, for `envFrom`; a Secret when the URLs carry credentials.
 
     It holds the env of the namespace's runtime selection (`runtimes.namespaces`, else the
     cluster-wide flags) and `NO_PROXY_PYTHON`, whatever `values.selection` is; with
     `injection.transformEnv: reference` also `REFERENCE_KEYS`, what `pod_env_by_reference` reads for any
-    selection. With `values.digest`, the annotation says which configuration it holds.
+    selection. With `values.digest`, the annotation says which configuration it holds (its env part).
     """
     selected = values.select(settings.runtimes.for_namespace(namespace))
     data = dict(env_pairs(selected))
@@ -294,7 +303,7 @@ def proxy_config_object(settings: Settings, namespace: str, values: ProxyValues)
         "labels": {"app.kubernetes.io/part-of": "proxy-component", "app.kubernetes.io/component": "proxy-env"},
     }
     if values.digest is not None:
-        metadata["annotations"] = {VALUES_ANNOTATION: values.digest}
+        metadata["annotations"] = {VALUES_ANNOTATION: _env_part(values.digest)}
     if settings.has_credentials:
         return {"apiVersion": "v1", "kind": "Secret", "metadata": metadata, "type": "Opaque", "stringData": data}
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": data}

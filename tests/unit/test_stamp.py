@@ -258,10 +258,20 @@ def test_proxy_config_holds_the_reference_keys_only_by_reference() -> None:
 
 
 def test_each_proxy_config_says_which_configuration_it_holds() -> None:
+    """Its env part only: a CA rotation (the trust part) must not write proxy-config, whose last data write tells
+    which pods read it before (live/stale.py)."""
     settings = _settings()
-    for obj in manifests(settings):
-        if obj["metadata"]["name"] == CONFIG_NAME:
-            assert obj["metadata"]["annotations"][VALUES_ANNOTATION] == settings_digest(settings)
+    configs = [o for o in manifests(settings) if o["metadata"]["name"] == CONFIG_NAME]
+    assert configs
+    for obj in configs:
+        assert obj["metadata"]["annotations"][VALUES_ANNOTATION] == settings_digest(settings).partition("-")[0]
+    from tests.pki import make_ca
+
+    def trusted(name: str) -> list[dict[str, Any]]:
+        upstream = {"url": "http://192.0.2.10:3128", "trustedCa": make_ca(name).cert_pem}
+        return [o for o in manifests(_settings(proxy={"upstream": upstream})) if o["metadata"]["name"] == CONFIG_NAME]
+
+    assert trusted("CA one") == trusted("CA two"), "a CA rotation leaves every proxy-config as it is"
 
 
 def test_the_kustomize_patches_stamp_the_pod_template() -> None:
