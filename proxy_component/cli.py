@@ -9,7 +9,7 @@ import re
 import signal
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib.resources import files
 from typing import Any
 
@@ -358,6 +358,19 @@ def _cell_text(cell: Any, notes: list[str]) -> str:
     return f"[bold red]{word} \\[{notes.index(cell.warning) + 1}][/bold red]"
 
 
+def _crash(what: str, exc: Exception, scrub: Callable[[str, Settings], str], settings: Settings) -> int:
+    """A live command's own bug: its traceback without credentials, a line saying so, EXIT_CRASH (never 1, which
+    reads as findings or something stale)."""
+    trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    sys.stderr.write(scrub(trace, settings))
+    print(
+        f"proxy-component {what}: {type(exc).__name__} (a bug in proxy-component; please report it with the "
+        "traceback above)",
+        file=sys.stderr,
+    )
+    return EXIT_CRASH
+
+
 def _check(args: argparse.Namespace) -> int:
     from .live import CheckError, check_cluster, connect, probe_cluster, scrub
 
@@ -378,14 +391,7 @@ def _check(args: argparse.Namespace) -> int:
     except (SettingsError, NoProxyError, ValueError):
         raise
     except Exception as exc:  # a bug: exit 1 would read as findings
-        trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        sys.stderr.write(scrub(trace, settings))
-        print(
-            f"proxy-component check: internal error, not a finding: {type(exc).__name__} (a bug in proxy-component; "
-            "please report it with the traceback above)",
-            file=sys.stderr,
-        )
-        return EXIT_CRASH
+        return _crash("check: internal error, not a finding", exc, scrub, settings)
     finally:
         signal.signal(signal.SIGTERM, previous)
     failed = [p for p in probes if not p.ok]
@@ -510,14 +516,7 @@ def _rollout(args: argparse.Namespace) -> int:
     except (SettingsError, NoProxyError, ValueError):
         raise
     except Exception as exc:  # a bug: exit 1 would read as something stale
-        trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        sys.stderr.write(scrub(trace, settings))
-        print(
-            f"proxy-component rollout: internal error: {type(exc).__name__} (a bug in proxy-component; please report "
-            "it with the traceback above)",
-            file=sys.stderr,
-        )
-        return EXIT_CRASH
+        return _crash("rollout: internal error", exc, scrub, settings)
     finally:
         signal.signal(signal.SIGTERM, previous)
     _print_rollout(args, plan, outcomes)
