@@ -44,7 +44,7 @@ LITTER = {
     "rendered/ConfigMap-x.yaml": "",
 }
 FORBIDDEN = ("tests/", "bench/", "scripts/", "examples/", ".github/", ".ci/", "images/", "provider/venv/", ".venv",
-             "__pycache__", ".pyc", "_cache/", "build/", "dist/", "node_modules/", "rendered/", "stale.py")  # fmt: skip
+             "__pycache__", ".pyc", "_cache/", "build/", "dist/", "node_modules/", "rendered/", "proxy_component/stale.py")  # fmt: skip
 
 
 def _sources() -> list[str]:
