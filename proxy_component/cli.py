@@ -376,7 +376,7 @@ def _check(args: argparse.Namespace) -> int:
 
     settings = _load(args.config, args)
     probes: list[Any] = []
-    previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM as SIGINT: the probe pods are deleted either way
+    previous = _interruptible()  # the probe pods are deleted on either signal
     try:
         cluster = connect(args.kubeconfig, args.context)
         findings = check_cluster(settings, cluster)
@@ -393,7 +393,7 @@ def _check(args: argparse.Namespace) -> int:
     except Exception as exc:  # a bug: exit 1 would read as findings
         return _crash("check: internal error, not a finding", exc, scrub, settings)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        _restore(previous)
     failed = [p for p in probes if not p.ok]
     if args.json:
         rows = [f.as_dict() for f in findings]
@@ -479,7 +479,7 @@ def _rollout(args: argparse.Namespace) -> int:
                     f"{', '.join(judged) or 'none'}; the namespaces of `namespaces`, outside "
                     "injection.excludeNamespaces)"
                 )
-    previous = signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM as SIGINT: stop starting work, say where it is
+    previous = _interruptible()  # on either signal: stop starting work, say where it is
     outcomes: list[Any] = []
     try:
         cluster = connect(args.kubeconfig, args.context)
@@ -518,7 +518,7 @@ def _rollout(args: argparse.Namespace) -> int:
     except Exception as exc:  # a bug: exit 1 would read as something stale
         return _crash("rollout: internal error", exc, scrub, settings)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        _restore(previous)
     _print_rollout(args, plan, outcomes)
     steps, listed = len(plan.steps), len(plan.listed)
     if not steps and not listed:
@@ -572,6 +572,18 @@ def why(pods: Sequence[Any]) -> str:
 
 def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
+
+
+def _interruptible() -> dict[int, Any]:
+    """SIGINT and SIGTERM raise KeyboardInterrupt from here on; the handlers they had, for `_restore`. SIGINT too:
+    a shell starts a background job (`cmd &` in a script) with SIGINT ignored, and Python then leaves it ignored,
+    so `kill -INT` would not stop a rollout or delete the probe pods."""
+    return {signum: signal.signal(signum, _interrupt) for signum in (signal.SIGINT, signal.SIGTERM)}
+
+
+def _restore(previous: dict[int, Any]) -> None:
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)
 
 
 def _parser() -> argparse.ArgumentParser:
