@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from ..render.digest import VALUES_ANNOTATION
+from ..render.digest import REFERENCE, VALUES_ANNOTATION
 from ..settings import Settings
 from .cluster import (
     CAPI_CLUSTERS,
@@ -183,7 +183,7 @@ def _not_restartable(owner: Owner, obj: Obj | None, target: str) -> str:
     if obj is None:
         return f"the {owner.kind} was not found (deleted since its pods were read)"
     digest = _template_annotations(obj).get(VALUES_ANNOTATION)
-    if digest is not None and digest != target:
+    if digest is not None and digest not in (target, REFERENCE):  # by reference: a restart reads the current values
         return (
             f"its pod template holds values-digest {digest}, not the current {target}: a restart would bring the old "
             "values back (apply the stack, chart or patch that injects them first)"

@@ -2,7 +2,7 @@
 so that waves, PodDisruptionBudgets, refused evictions, timeouts and an interrupt mid-wave play out in
 milliseconds. Stale pods carry an old values digest (as admission stamps pods); a pod a controller makes after
 a restart carries the current one. The stale owners come from `live.stale` itself, through the same fake.
-tests/cluster/test_rollout_live.py runs it against a real API server and controllers."""
+tests/engine/test_rollout_engine.py runs it against a real API server and controllers, after `pulumi up`."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from proxy_component.live.rollout import (
     selects,
 )
 from proxy_component.live.stale import current_target, stale_owners
-from proxy_component.render.digest import VALUES_ANNOTATION
+from proxy_component.render.digest import REFERENCE, VALUES_ANNOTATION
 from proxy_component.settings import Settings, parse_settings
 from tests.unit.test_check import _grants
 
@@ -313,6 +313,17 @@ def test_jobs_cronjobs_and_what_a_restart_cannot_fix_are_listed_never_restarted(
     assert outcomes == []
     assert world.patches == []
     assert world.evictions == []
+
+
+def test_an_owner_injected_by_reference_is_restarted_not_listed(settings: Settings) -> None:
+    """A template the transform injects by reference is stamped `reference`, never the current digest: a restart
+    reads proxy-config's current values, so it is restarted (listed, it would never get them)."""
+    world = World(settings)
+    by_reference = world.workload("Deployment", "apps", "by-reference")
+    by_reference["spec"]["template"]["metadata"]["annotations"] = {VALUES_ANNOTATION: REFERENCE}
+    plan = plan_rollout(settings, _cluster(world))
+    assert plan.listed == ()
+    assert [(s.owner.ref, s.action) for s in plan.steps] == [("Deployment apps/by-reference", "restart")]
 
 
 # --- apply ----------------------------------------------------------------------------------------------------------
