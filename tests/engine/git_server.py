@@ -9,6 +9,13 @@ It listens on port 443 of an address of its own in 127.0.0.0/8 (root binds it; t
 names the plugin's folder after the URL's host and port, and the Python host refuses to create a venv under a path
 with a `:` ("Refusing to create a venv in ... because it contains the PATH separator :"), so a URL with a port gives
 a plugin that cannot install.
+
+It is also reached by a name, GIT_HOST, as GitHub is: the CLI takes a source for a git repository only when its
+host looks like a domain name (sdk/go/common/workspace/plugins.go, urlRegex: `.[a-z]+/`). Given an address, it
+clones and installs the plugin, but the package it records loses the scheme (`127.x.y.z/...`), which it then takes
+for a local path, and it panics (cmd/pulumi/packagecmd/package_add.go:224, os.Stat fails and it calls IsDir on
+nil). `cli_wrapper` runs the CLI in a mount namespace of its own whose /etc/hosts maps GIT_HOST to the server's
+address: nothing outside that process tree sees the name.
 """
 
 from __future__ import annotations
@@ -28,14 +35,35 @@ from urllib.parse import urlsplit
 
 from tests.pki import make_ca, make_leaf
 
+GIT_HOST = "git.proxy-component.test"  # .test: reserved (RFC 2606), never a real host
+
 
 class GitServer:
-    """Where the server listens, the CA file a client must trust, and the requests it answered (method, path)."""
+    """Where the server listens (by address, and by GIT_HOST for a CLI run through `cli_wrapper`), the CA file a
+    client must trust, the hosts file that names it, and the requests it answered (method, path)."""
 
-    def __init__(self, url: str, ca_file: Path) -> None:
-        self.url = url
+    def __init__(self, address: str, ca_file: Path, hosts_file: Path) -> None:
+        self.address = address
+        self.url = f"https://{address}"
+        self.named_url = f"https://{GIT_HOST}"
         self.ca_file = ca_file
+        self.hosts_file = hosts_file
         self.requests: list[tuple[str, str]] = []
+
+
+def cli_wrapper(server: GitServer, cli: Path, bin_dir: Path) -> Path:
+    """A `pulumi` in bin_dir that runs `cli` (and the plugins it starts) in a mount namespace of its own, with
+    server.hosts_file over /etc/hosts; bin_dir goes first on the PATH."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    wrapper = bin_dir / "pulumi"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        "# The CLI with the test git server's name in /etc/hosts, seen by this process tree alone.\n"
+        f'exec unshare --mount --propagation private sh -c \'mount --bind "$0" /etc/hosts && exec "$@"\' '
+        f'"{server.hosts_file}" "{cli}" "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    return wrapper
 
 
 def _read_body(handler: BaseHTTPRequestHandler) -> bytes:
@@ -122,10 +150,13 @@ def _free_loopback_address() -> str:
 
 @contextmanager
 def serve_git(root: Path, work: Path) -> Iterator[GitServer]:
-    """Serve the bare repositories under `root` at https://127.x.y.z/<path>; stopped on exit."""
+    """Serve the bare repositories under `root` at https://127.x.y.z/<path> (and https://GIT_HOST/<path> through
+    `cli_wrapper`); stopped on exit."""
     host = _free_loopback_address()
     ca = make_ca("proxy-component test git server CA")
-    leaf = make_leaf(ca, host)
+    leaf = make_leaf(ca, host, GIT_HOST)
+    hosts_file = work / "hosts"
+    hosts_file.write_text(Path("/etc/hosts").read_text() + f"\n{host} {GIT_HOST}\n")
     ca_file, cert_file, key_file = work / "git-ca.pem", work / "git-cert.pem", work / "git-key.pem"
     ca_file.write_text(ca.cert_pem)
     cert_file.write_text(leaf.cert_pem + ca.cert_pem)
@@ -133,7 +164,7 @@ def serve_git(root: Path, work: Path) -> Iterator[GitServer]:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert_file, key_file)
     httpd = ThreadingHTTPServer((host, 443), BaseHTTPRequestHandler)
-    server = GitServer(f"https://{host}", ca_file)
+    server = GitServer(host, ca_file, hosts_file)
     httpd.RequestHandlerClass = _handler(root, server)
     httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)

@@ -1,10 +1,11 @@
 """`pulumi package add` of this repository at a release tag, as a user of another language adds it, under the real
-engine (pytest -m engine): the repository served over git's smart HTTP with TLS on 127.0.0.1 (tests/engine/git_server),
-`pulumi package add https://127.x.y.z/proxy-component/proxy-component/provider@vX.Y.Z` (the shape of
-`github.com/proxy-component/proxy-component/provider@vX.Y.Z`). The plugin's venv holds exactly the pinned versions
-(provider/requirements.txt: the package at the tag, the engine lane's Pulumi SDKs), and the programs run the tagged
-code: neither this checkout's nor that of the commit after the tag on main, each of which sets another default port.
-Also the source forms the CLI refuses, with its messages. Only PyPI is reached (pip, for the plugin's venv).
+engine (pytest -m engine): the repository served over git's smart HTTP with TLS on 127.x.y.z (tests/engine/git_server),
+`pulumi package add git.proxy-component.test/proxy-component/proxy-component/provider@vX.Y.Z` (the form of
+`github.com/proxy-component/proxy-component/provider@vX.Y.Z`; the name is in the CLI's own /etc/hosts). The plugin's
+venv holds exactly the pinned versions (provider/requirements.txt: the package at the tag, the engine lane's Pulumi
+SDKs), and the TypeScript example's `up` runs the tagged code: neither this checkout's nor that of the commit after
+the tag on main, each of which sets another default port. Also the source forms the CLI refuses or panics on, with
+its messages. Only PyPI and npm are reached (pip for the plugin's venv, npm for the example's packages).
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from proxy_component._release import bump, engine_pins, project_version
 
 from .conftest import ROOT, Project, build_engine
-from .git_server import GitServer, serve_git
+from .git_server import GIT_HOST, GitServer, cli_wrapper, serve_git
 
 pytestmark = pytest.mark.engine
 
@@ -103,9 +105,11 @@ def pulumi_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("pulumi-home")
 
 
-def _project(project_factory: Any, example: str, hosts: Path, home: Path, served: GitServer) -> Project:
-    project: Project = project_factory(example, "ci", Path(example).name)
-    project.env["PATH"] = f"{hosts}:{project.env['PATH']}"
+def _project(project_factory: Any, example: str, hosts: Path, home: Path, served: GitServer, name: str) -> Project:
+    """The example with the CLI run through `cli_wrapper` (GIT_HOST names the git server) and the built hosts."""
+    project: Project = project_factory(example, "ci", name)
+    wrapper = cli_wrapper(served, hosts / "pulumi", project.dir.parent / "bin")
+    project.env["PATH"] = f"{wrapper.parent}:{hosts}:{project.env['PATH']}"
     project.env["PULUMI_HOME"] = str(home)
     project.env["SSL_CERT_FILE"] = str(served.ca_file)  # Go's TLS roots: the git server's CA alone
     project.run(
@@ -114,13 +118,10 @@ def _project(project_factory: Any, example: str, hosts: Path, home: Path, served
     return project
 
 
-def _source(served: GitServer) -> str:
-    return f"{served.url}/{REPO}/provider@v{RELEASED}"
-
-
-def _plugin_dir(home: Path, served: GitServer) -> Path:
-    host = served.url.removeprefix("https://")
-    return home / f"plugins/resource-{host}_{REPO.replace('/', '_')}.git_provider-v{RELEASED}/provider"
+def _plugin_dir(home: Path, host: str) -> Path:
+    found = sorted(home.glob(f"plugins/resource-{host}_*provider-v{RELEASED}/provider"))
+    assert len(found) == 1, sorted(p.name for p in home.glob("plugins/*"))
+    return found[0]
 
 
 def _venv_versions(plugin: Path) -> dict[str, str]:
@@ -129,31 +130,77 @@ def _venv_versions(plugin: Path) -> dict[str, str]:
     return {p["name"].lower().replace("_", "-"): p["version"] for p in json.loads(listing.stdout)}
 
 
-def test_package_add_from_the_tag_installs_the_pinned_plugin_with_the_tagged_code(
-    project_factory: Any, hosts: Path, pulumi_home: Path, served: GitServer
-) -> None:
-    """The clone, the venv and the SDK succeed; then CLI 3.259.0 panics in package_add.go:224 (it takes the https
-    source for a local path, os.Stat fails, and it calls IsDir on nil) before recording the package in Pulumi.yaml:
-    this test asserts that panic, so that it fails, and is to be extended to `up`, when the CLI no longer panics."""
-    project = _project(project_factory, "examples/yaml", hosts, pulumi_home, served)
-    added = project.run("package", "add", _source(served), check=False, timeout=1500)
-    output = added.stdout + added.stderr
-    assert "Successfully generated an SDK for the proxy-component package" in output, output
-    assert ("POST", f"/{REPO}.git/git-upload-pack") in served.requests  # cloned from the server, nowhere else
-    assert added.returncode != 0, "the CLI no longer panics: record the package and run `up` here"
-    assert "packagecmd/package_add.go:224" in output, output
-    plugin = _plugin_dir(pulumi_home, served)
+def _assert_pinned_tagged_plugin(plugin: Path) -> None:
+    """The plugin's venv holds exactly the pinned versions, and the package in it is the tag's files (copied into
+    the venv, not an editable link to a checkout)."""
     versions = _venv_versions(plugin)
     pins = {name: version for name, version in engine_pins(ROOT)}
     assert {name: versions[name] for name in ("proxy-component", *pins)} == {"proxy-component": RELEASED, **pins}
     assert project_version(ROOT) != RELEASED  # neither the checkout's version nor the later commit's
-    # The installed package is the tag's files, copied into the venv (not an editable link to a checkout).
     installed = subprocess.run(
         [str(plugin / "venv/bin/python"), "-c", "import proxy_component.settings as s; print(s.__file__)"],
         capture_output=True, text=True, check=True, timeout=120, cwd=plugin.parent.parent,
     ).stdout.strip()  # fmt: skip
     assert installed.startswith(str(plugin / "venv")), installed
     assert PORT_LINE.format(TAGGED_PORT) in Path(installed).read_text()
+
+
+def test_package_add_from_the_tag_then_the_typescript_example_runs_up_with_the_tagged_code(
+    project_factory: Any, hosts: Path, pulumi_home: Path, served: GitServer
+) -> None:
+    """`pulumi package add GIT_HOST/ORG/REPO/provider@vX.Y.Z`, the form of `github.com/ORG/REPO/provider@vX.Y.Z`,
+    in examples/typescript: the CLI clones the tag from the server, installs the pinned plugin, generates and links
+    the TypeScript SDK and records the package; then `up` runs the tag's code (its default port is in the proxy's
+    URL), the server asked only for its refs, and a preview after it changes nothing."""
+    project = _project(project_factory, "examples/typescript", hosts, pulumi_home, served, "typescript-tag")
+    npm = subprocess.run(["npm", "install", "--no-audit", "--no-fund"], cwd=project.dir, capture_output=True, text=True,
+                         timeout=600)  # fmt: skip
+    assert npm.returncode == 0, npm.stderr
+    added = project.run("package", "add", f"{GIT_HOST}/{REPO}/provider@v{RELEASED}", timeout=1500)
+    output = added.stdout + added.stderr
+    assert "Added package proxy-component" in output, output
+    assert ("POST", f"/{REPO}.git/git-upload-pack") in served.requests  # cloned from the server, nowhere else
+    recorded = yaml.safe_load((project.dir / "Pulumi.yaml").read_text())["packages"]
+    assert recorded == {"proxy-component": f"{GIT_HOST}/{REPO}/provider@v{RELEASED}"}
+    # From a git source the SDK is named after the repository's owner: @proxy-component/proxy-component, where a
+    # local path gives @pulumi/proxy-component. The program imports it by that name (docs/guides/install.md).
+    package = json.loads((project.dir / "package.json").read_text())
+    sdk = "@proxy-component/proxy-component"
+    assert package["dependencies"][sdk] == "file:sdks/proxy-component-proxy-component"
+    source = (project.dir / "index.ts").read_text()
+    assert source.count('from "@pulumi/proxy-component"') == 1
+    (project.dir / "index.ts").write_text(source.replace('from "@pulumi/proxy-component"', f'from "{sdk}"'))
+    _assert_pinned_tagged_plugin(_plugin_dir(pulumi_home, GIT_HOST))
+    before = len(served.requests)
+    project.init()
+    up = project.up()
+    assert "Traceback" not in up.stdout + up.stderr
+    outputs = project.outputs()
+    assert outputs["proxyUrl"] == f"http://http-proxy.kube-system.svc.k8s.internal:{TAGGED_PORT}"
+    service = yaml.safe_load(next((project.dir / "rendered").rglob("*service-kube-system-http-proxy.yaml")).read_text())
+    assert [port["port"] for port in service["spec"]["ports"]] == [TAGGED_PORT]
+    project.run("preview", "--expect-no-changes")
+    # `up` and `preview` ran the installed plugin: each listed the repository's refs (the CLI resolves the tag on
+    # every run, so the git server must be reachable then), and nothing was cloned again.
+    after = served.requests[before:]
+    assert after and set(after) == {("GET", f"/{REPO}.git/info/refs")}, after
+
+
+def test_an_address_as_the_git_host_installs_the_plugin_then_the_cli_panics(
+    project_factory: Any, hosts: Path, pulumi_home: Path, served: GitServer
+) -> None:
+    """https://127.x.y.z/ORG/REPO/provider@vX.Y.Z: the clone, the venv and the SDK succeed; then CLI 3.259.0 records
+    the source without its scheme, takes it for a local path (an address is not a domain name to its urlRegex),
+    and panics in package_add.go:224 (os.Stat fails, it calls IsDir on nil) before writing Pulumi.yaml. Users of
+    a git server reached by address: this test fails when a CLI no longer panics, and then the README can say so."""
+    project = _project(project_factory, "examples/yaml", hosts, pulumi_home, served, "yaml-address")
+    added = project.run("package", "add", f"{served.url}/{REPO}/provider@v{RELEASED}", check=False, timeout=1500)
+    output = added.stdout + added.stderr
+    assert "Successfully generated an SDK for the proxy-component package" in output, output
+    assert added.returncode != 0, "the CLI no longer panics on an address: say so in docs/guides/installation.md"
+    assert "packagecmd/package_add.go:224" in output, output
+    assert "packages" not in yaml.safe_load((project.dir / "Pulumi.yaml").read_text())
+    _assert_pinned_tagged_plugin(_plugin_dir(pulumi_home, served.address))
 
 
 @pytest.mark.parametrize(
@@ -168,7 +215,7 @@ def test_the_sources_the_cli_refuses(
     project_factory: Any, hosts: Path, served: GitServer, tmp_path: Path, form: str, message: str
 ) -> None:
     """Plain http:// and file:// URLs of the same repository: refused, before anything is cloned or installed."""
-    project = _project(project_factory, "examples/yaml", hosts, tmp_path / "home", served)
+    project = _project(project_factory, "examples/yaml", hosts, tmp_path / "home", served, "yaml-refused")
     before = list(served.requests)
     source = form.format(host=served.url.removeprefix("https://"), repo=REPO, version=RELEASED, root=tmp_path)
     refused = project.run("package", "add", source, check=False, timeout=300)
