@@ -1600,7 +1600,7 @@ def _format(exc: ValidationError) -> list[str]:
         elif error["type"] == "value_error":
             problems.append(f"{path}: {msg}")
         elif error["type"] == "missing":
-            problems.append(f"{path}: required (expected a value; see the README's settings reference)")
+            problems.append(f"{path}: required (expected a value; see docs/reference/settings.md)")
         else:
             problems.append(f"{path}: {_shown(path, error.get('input'))}: {msg}")
     return problems
