@@ -183,7 +183,8 @@ def test_package_add_from_the_tag_then_the_typescript_example_runs_up_with_the_t
     # `up` and `preview` ran the installed plugin: each listed the repository's refs (the CLI resolves the tag on
     # every run, so the git server must be reachable then), and nothing was cloned again.
     after = served.requests[before:]
-    assert after and set(after) == {("GET", f"/{REPO}.git/info/refs")}, after
+    assert after, "up and preview asked the server for nothing"
+    assert set(after) == {("GET", f"/{REPO}.git/info/refs")}, after
 
 
 def test_an_address_as_the_git_host_installs_the_plugin_then_the_cli_panics(
