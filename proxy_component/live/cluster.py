@@ -12,8 +12,10 @@ from __future__ import annotations
 import gc
 import json
 import os
+import queue
 import re
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -108,6 +110,9 @@ class Cluster:
     # Within `remembering()`: each get's and each whole list's result, so that the parts of one command that read the
     # same object (check's proxy-config and its stale pods) make one request. None: every call asks the API server.
     memo: dict[tuple[Access, tuple[tuple[str, str], ...]], Any] | None = None
+    # Whether a list asks for its next page while this one is parsed (see `_pages`); off, one after the other.
+    prefetch: bool = True
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @contextmanager
     def remembering(self) -> Iterator[None]:
@@ -122,10 +127,14 @@ class Cluster:
     def supports(self, api: Api) -> bool:
         return hasattr(self.clients[api.client], api.method)
 
+    def _count(self, access: Access) -> None:
+        with self._lock:  # a list's next page is asked for from a thread of its own
+            self.requests += 1
+            self.accessed.add(access)
+
     def _call(self, access: Access, **kwargs: Any) -> Any:
         method = getattr(self.clients[access.api.client], access.api.method)
-        self.requests += 1
-        self.accessed.add(access)
+        self._count(access)
         if access.name is not None:
             if access.namespace is None:  # a cluster-scoped object by name (the proxy's Namespace)
                 return method(access.name, **kwargs)
@@ -135,8 +144,7 @@ class Cluster:
     def request(self, access: Access, *args: Any, **kwargs: Any) -> Any:
         """One call of the access's method with these arguments (a name the access leaves open, a body)."""
         method = getattr(self.clients[access.api.client], access.api.method)
-        self.requests += 1
-        self.accessed.add(access)
+        self._count(access)
         return method(*args, **kwargs)
 
     def list(self, access: Access, **selectors: str) -> Iterator[Any]:
@@ -149,12 +157,14 @@ class Cluster:
             if not token:
                 return
 
+    def _raw(self, access: Access, **kwargs: Any) -> bytes:
+        """One call's response body, unparsed."""
+        return bytes(self._call(access, _preload_content=False, **kwargs).data)
+
     def _json(self, access: Access, **kwargs: Any) -> Obj:
         """One call's response as the API server's JSON, parsed by the stdlib: the client's models cost several
         times the parse per object (its deserializer builds and validates every nested field)."""
-        data = self._call(access, _preload_content=False, **kwargs).data
-        with _gc_paused():
-            return dict(json.loads(data))
+        return _parse(self._raw(access, **kwargs))
 
     def list_json(self, access: Access, **selectors: str) -> Iterator[Obj]:
         """Every item of a list call, page by page, as the API server's JSON (camelCase keys, absent fields absent)."""
@@ -166,13 +176,47 @@ class Cluster:
         return iter(self.memo[key])
 
     def _pages(self, access: Access, **selectors: str) -> Iterator[Obj]:
+        """The items of each page. With `prefetch`, the next page is asked for as soon as this one's continue token
+        is read from the head of its body (the API server writes the list's metadata before its items), so that the
+        API server encodes page n+1 while page n is parsed here: the same requests, overlapped."""
         token: str | None = None
+        raw = self._raw(access, limit=PAGE, **selectors)
         while True:
-            page = self._json(access, limit=PAGE, **({"_continue": token} if token else {}), **selectors)
+            ahead = _head_continue(raw) if self.prefetch else None
+            upcoming = self._later(access, limit=PAGE, _continue=ahead, **selectors) if ahead else None
+            page = _parse(raw)
             yield from page.get("items") or []
             token = (page.get("metadata") or {}).get("continue")
             if not token:
+                assert upcoming is None, "a continue token in the head of a page whose metadata has none"
                 return
+            raw = (
+                upcoming()
+                if upcoming is not None and ahead == token
+                else self._raw(access, limit=PAGE, _continue=token, **selectors)
+            )
+
+    def _later(self, access: Access, **kwargs: Any) -> Callable[[], bytes]:
+        """`_raw` in a daemon thread (an interrupted command exits without waiting for it); the returned function
+        waits for its body, or raises its exception."""
+        box: queue.Queue[tuple[bytes | None, BaseException | None]] = queue.Queue(maxsize=1)
+
+        def run() -> None:
+            try:
+                box.put((self._raw(access, **kwargs), None))
+            except BaseException as exc:  # handed to the reader, raised there
+                box.put((None, exc))
+
+        threading.Thread(target=run, daemon=True, name=f"next page of {access.api.resource}").start()
+
+        def result() -> bytes:
+            body, error = box.get()
+            if error is not None:
+                raise error
+            assert body is not None
+            return body
+
+        return result
 
     def served(self, group_version: str) -> set[str] | None:
         """The resources the API server serves in a group/version (discovery, which every authenticated user may
@@ -206,6 +250,22 @@ class Cluster:
             if getattr(exc, "status", None) == 404:
                 return None
             raise
+
+
+_HEAD = re.compile(rb'^\{[^\[{]*"metadata"\s*:\s*\{([^{}]*)\}')
+_CONTINUE = re.compile(rb'"continue"\s*:\s*"([A-Za-z0-9+/=_-]+)"')
+
+
+def _head_continue(raw: bytes) -> str | None:
+    """A list body's continue token, from its metadata at the head (before the items), or None."""
+    head = _HEAD.match(raw[:4096])
+    found = _CONTINUE.search(head.group(1)) if head else None
+    return found.group(1).decode() if found else None
+
+
+def _parse(raw: bytes) -> Obj:
+    with _gc_paused():
+        return dict(json.loads(raw))
 
 
 @contextmanager

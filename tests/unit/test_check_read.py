@@ -23,12 +23,18 @@ FORBIDDEN = 'namespaces "locked" is forbidden: User "alice" cannot get resource 
 
 class _Handler(BaseHTTPRequestHandler):
     asked: ClassVar[list[str]] = []
+    second_page = threading.Event()  # set when page 2 is asked for
+    expired: ClassVar[str | None] = None  # a continue token answered 410 Gone
 
     def do_GET(self) -> None:
         url = urlsplit(self.path)
         query = {k: v[0] for k, v in parse_qs(url.query).items()}
         self.asked.append(self.path)
-        if url.path == "/api/v1/nodes":
+        if query.get("continue") == "500":
+            self.second_page.set()
+        if url.path == "/api/v1/nodes" and self.expired is not None and query.get("continue") == self.expired:
+            self._answer(410, {"kind": "Status", "status": "Failure", "message": "too old", "code": 410})
+        elif url.path == "/api/v1/nodes":
             start, limit = int(query.get("continue", "0")), int(query["limit"])
             names = [f"n{i:04d}" for i in range(start, min(start + limit, NODE_COUNT))]
             token = str(start + limit) if start + limit < NODE_COUNT else None
@@ -56,6 +62,8 @@ class _Handler(BaseHTTPRequestHandler):
 @pytest.fixture
 def cluster() -> Iterator[Cluster]:
     _Handler.asked = []
+    _Handler.second_page.clear()
+    _Handler.expired = None
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -76,6 +84,30 @@ def test_a_list_follows_every_page_and_counts_one_request_per_page(cluster: Clus
     assert cluster.requests == 3
     assert [parse_qs(urlsplit(p).query).get("continue") for p in _Handler.asked] == [None, ["500"], ["1000"]]
     assert cluster.accessed == {Access(NODES)}
+
+
+@pytest.mark.parametrize("prefetch", [True, False], ids=["prefetch", "one-after-the-other"])
+def test_the_next_page_is_asked_for_while_this_one_is_read(cluster: Cluster, prefetch: bool) -> None:
+    """With prefetch the API server has page 2's request before the reader is done with page 1 (it encodes that
+    page while this one is parsed); without, only once the reader wants it. The requests are the same."""
+    cluster.prefetch = prefetch
+    nodes = cluster.list_json(Access(NODES))
+    next(nodes)
+    assert _Handler.second_page.wait(timeout=5 if prefetch else 0.5) is prefetch
+    assert len(list(nodes)) == NODE_COUNT - 1
+    assert cluster.requests == 3
+    assert [parse_qs(urlsplit(p).query).get("continue") for p in _Handler.asked] == [None, ["500"], ["1000"]]
+
+
+def test_a_failed_prefetched_page_is_raised_to_the_reader(cluster: Cluster) -> None:
+    _Handler.expired = "1000"
+    nodes = cluster.list_json(Access(NODES))
+    read = [next(nodes) for _ in range(PAGE * 2)]  # the first two pages, read whole
+    assert read[-1]["metadata"]["name"] == f"n{PAGE * 2 - 1:04d}"
+    with pytest.raises(client.ApiException) as caught:
+        next(nodes)
+    assert caught.value.status == 410
+    assert cluster.requests == 3
 
 
 def test_a_read_is_the_objects_json_or_none_where_it_does_not_exist(cluster: Cluster) -> None:
@@ -129,3 +161,26 @@ def test_the_garbage_collector_is_paused_only_while_a_response_is_parsed(
         assert not gc.isenabled(), "a collector the caller paused stays paused"
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize(
+    ("body", "token"),
+    [
+        (
+            b'{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"123","continue":"eyJ2IjoibWV0YS5rOHMu'
+            b'aW8vdjEiLCJydiI6MTIzfQ","remainingItemCount":7},"items":[]}',
+            "eyJ2IjoibWV0YS5rOHMuaW8vdjEiLCJydiI6MTIzfQ",
+        ),
+        (
+            b'{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"9"},"items":[{"metadata":{"name":"a",'
+            b'"annotations":{"x":"\\"continue\\":\\"b\\""}}}]}',
+            None,
+        ),
+        (b'{"kind":"Status","metadata":{},"message":"continue"}', None),
+    ],
+    ids=["the-api-servers-head", "a-token-only-in-an-item", "no-list"],
+)
+def test_the_continue_token_is_read_from_the_head_only(body: bytes, token: str | None) -> None:
+    from proxy_component.live.cluster import _head_continue
+
+    assert _head_continue(body) == token
