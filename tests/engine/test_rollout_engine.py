@@ -20,7 +20,6 @@ PodDisruptionBudgets on some (one that allows no disruption), one slow owner (mi
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
@@ -40,6 +39,7 @@ from proxy_component.live.cluster import connect
 from proxy_component.live.rollout import rollout_status
 from proxy_component.live.stale import current_target
 from proxy_component.settings import parse_settings
+from tests.kwok_cluster import kwok_cluster
 from tests.rollout_watch import Recorder, wait_for
 
 from .conftest import ROOT, Project, changes
@@ -101,17 +101,8 @@ class Live:
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     workdir = tmp_path_factory.mktemp("rollout")
-    env = {**os.environ, "PROXY_COMPONENT_CLUSTER": f"pc-rollout-{os.getpid()}", "KWOK_WORKDIR": str(workdir / "kwok")}
-    up = subprocess.run(["bash", str(ROOT / "scripts/cluster"), "up", "2"], capture_output=True, text=True, env=env,
-                        timeout=3000)  # fmt: skip
-    if up.returncode != 0:
-        pytest.fail(f"scripts/cluster up failed: {up.stderr}")
-    try:
-        yield Live(Path(up.stdout.strip().splitlines()[-1]), workdir)
-    finally:
-        down = subprocess.run(["bash", str(ROOT / "scripts/cluster"), "down"], capture_output=True, text=True, env=env,
-                              timeout=300)  # fmt: skip
-        assert down.returncode == 0, down.stderr
+    with kwok_cluster(workdir, "pc-rollout", 2) as kubeconfig:
+        yield Live(kubeconfig, workdir)
 
 
 def _expected_owners() -> set[str]:

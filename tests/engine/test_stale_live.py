@@ -11,7 +11,6 @@ scheduler, kwok running the pods (scripts/cluster), the program under the real e
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -27,9 +26,10 @@ from proxy_component.live.stale import stale_owners
 from proxy_component.render import manifests
 from proxy_component.render.trust import BUNDLE_NAME, JAVA_TRUST_OPTIONS, MOUNT_PATH
 from proxy_component.settings import parse_settings
+from tests.kwok_cluster import kwok_cluster
 from tests.pki import make_ca
 
-from .conftest import ROOT, Project
+from .conftest import Project
 
 pytestmark = [pytest.mark.engine, pytest.mark.cluster]
 NAMESPACES = ("apps", "web", "data")
@@ -60,21 +60,13 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    workdir = tmp_path_factory.mktemp("cluster")
-    env = {**os.environ, "PROXY_COMPONENT_CLUSTER": f"pc-stale-{os.getpid()}", "KWOK_WORKDIR": str(workdir / "kwok")}
-    up = subprocess.run(["bash", str(ROOT / "scripts/cluster"), "up", "3"], capture_output=True, text=True,
-                        env=env, timeout=3000)  # fmt: skip
-    if up.returncode != 0:
-        pytest.fail(f"scripts/cluster up failed: {up.stderr}")
-    try:
-        live = Cluster(Path(up.stdout.strip().splitlines()[-1]))
+    with kwok_cluster(tmp_path_factory.mktemp("cluster"), "pc-stale", 3) as kubeconfig:
+        live = Cluster(kubeconfig)
         for _ in range(60):
             if len(live.get("nodes")["items"]) == 3:
                 break
             time.sleep(1)
         yield live
-    finally:
-        subprocess.run(["bash", str(ROOT / "scripts/cluster"), "down"], env=env, capture_output=True, timeout=300)
 
 
 def _names(kind: str, count: int, env_from: bool) -> set[str]:
