@@ -7,15 +7,14 @@ modules, three kwok nodes, all on 127.0.0.1. The nodes get the labels those plat
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.kwok_cluster import kwok_cluster, proxy_pods_on
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.cluster
@@ -50,35 +49,17 @@ class Cluster:
     def nodes(self) -> list[str]:
         return sorted(self.kubectl("get", "nodes", "-o", "jsonpath={.items[*].metadata.name}").split())
 
-    def placed(self) -> tuple[int, set[str]]:
-        """The DaemonSet's desired count (settled) and the nodes its pods are bound to."""
-        deadline = time.monotonic() + 60
-        while True:
-            ds = json.loads(self.kubectl("-n", "kube-system", "get", "daemonset", "http-proxy", "-o", "json"))
-            pods = json.loads(self.kubectl("-n", "kube-system", "get", "pods", "-l", "app=http-proxy", "-o", "json"))
-            live = [p for p in pods["items"] if not p["metadata"].get("deletionTimestamp")]
-            bound = {p["spec"].get("nodeName") or "(unbound)" for p in live}
-            status = ds.get("status", {})
-            settled = status.get("observedGeneration") == ds["metadata"]["generation"]
-            if settled and len(live) == status.get("desiredNumberScheduled") and len(bound) == len(live):
-                return status["desiredNumberScheduled"], bound
-            assert time.monotonic() < deadline, f"the DaemonSet did not settle: {status}, pods on {bound}"
-            time.sleep(0.5)
+    def placed(self, *nodes: str) -> tuple[int, set[str]]:
+        """How many proxy pods there are and the nodes they are bound to, once the DaemonSet controller has put
+        them on exactly `nodes` and kept them there."""
+        bound = proxy_pods_on(self.kubeconfig, set(nodes))
+        return len(bound), set(bound)
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    workdir = tmp_path_factory.mktemp("placement")
-    env = {**os.environ, "PROXY_COMPONENT_CLUSTER": f"pc-place-{os.getpid()}", "KWOK_WORKDIR": str(workdir / "kwok")}
-    up = subprocess.run(["bash", str(ROOT / "scripts/cluster"), "up", "3"], capture_output=True, text=True, env=env,
-                        timeout=3000)  # fmt: skip
-    if up.returncode != 0:
-        pytest.fail(f"scripts/cluster up failed: {up.stderr}")
-    try:
-        yield Cluster(Path(up.stdout.strip().splitlines()[-1]))
-    finally:
-        subprocess.run(["bash", str(ROOT / "scripts/cluster"), "down"], capture_output=True, text=True, env=env,
-                       timeout=300)  # fmt: skip
+    with kwok_cluster(tmp_path_factory.mktemp("placement"), "pc-place", 3) as kubeconfig:
+        yield Cluster(kubeconfig)
 
 
 def test_the_proxy_leaves_nodes_that_become_fargate_or_virtual_kubelet_and_skips_them(
@@ -93,13 +74,15 @@ def test_the_proxy_leaves_nodes_that_become_fargate_or_virtual_kubelet_and_skips
     cluster.kubectl("apply", "-f", "-", stdin=rendered)
     nodes = cluster.nodes()
     assert len(nodes) == 3
-    assert cluster.placed() == (3, set(nodes)), "every ordinary node runs the proxy"
+    assert cluster.placed(*nodes) == (3, set(nodes)), "every ordinary node runs the proxy"
 
     plain, *special = nodes
     for node, (label, taint) in zip(special, PLATFORMS.values(), strict=True):
         cluster.kubectl("label", "node", node, label, "--overwrite")
         cluster.kubectl("taint", "node", node, taint, "--overwrite")
-    assert cluster.placed() == (1, {plain}), "the controller removed the pods from Fargate and virtual-kubelet nodes"
+    assert cluster.placed(plain) == (1, {plain}), (
+        "the controller removed the pods from Fargate and virtual-kubelet nodes"
+    )
 
     cluster.kubectl("-n", "kube-system", "rollout", "restart", "daemonset/http-proxy")
-    assert cluster.placed() == (1, {plain}), "a new revision places no pod there either"
+    assert cluster.placed(plain) == (1, {plain}), "a new revision places no pod there either"

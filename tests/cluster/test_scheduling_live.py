@@ -24,6 +24,7 @@ import yaml
 from proxy_component.live.access import CHECK_NAME
 from proxy_component.probe import probe_pod
 from proxy_component.settings import PROBE_NAMESPACE, parse_settings
+from tests.kwok_cluster import kwok_cluster, proxy_pods_on
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.cluster
@@ -93,18 +94,8 @@ def _render(tmp_path: Path, *args: str) -> str:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    workdir = tmp_path_factory.mktemp("scheduling")
-    env = {**os.environ, "PROXY_COMPONENT_CLUSTER": f"pc-sched-{os.getpid()}", "KWOK_WORKDIR": str(workdir / "kwok")}
-    up = subprocess.run(["bash", str(ROOT / "scripts/cluster"), "up", "0"], capture_output=True, text=True, env=env,
-                        timeout=3000)  # fmt: skip
-    if up.returncode != 0:
-        pytest.fail(f"scripts/cluster up failed: {up.stderr}")
-    try:
-        yield Cluster(Path(up.stdout.strip().splitlines()[-1]))
-    finally:
-        down = subprocess.run(["bash", str(ROOT / "scripts/cluster"), "down"], capture_output=True, text=True, env=env,
-                              timeout=300)  # fmt: skip
-        assert down.returncode == 0, down.stderr
+    with kwok_cluster(tmp_path_factory.mktemp("scheduling"), "pc-sched", 0) as kubeconfig:
+        yield Cluster(kubeconfig)
 
 
 def _nodes() -> list[dict[str, Any]]:
@@ -125,20 +116,9 @@ def _nodes() -> list[dict[str, Any]]:
     return out
 
 
-def _placed(cluster: Cluster) -> dict[str, dict[str, Any]]:
-    """The proxy pods by node, once the DaemonSet controller has settled."""
-    deadline = time.monotonic() + 90
-    while True:
-        ds = cluster.get("-n", "kube-system", "daemonset", "http-proxy")
-        pods = cluster.get("-n", "kube-system", "pods", "-l", "app=http-proxy")["items"]
-        live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
-        status = ds.get("status", {})
-        settled = status.get("observedGeneration") == ds["metadata"]["generation"]
-        bound = {p["spec"].get("nodeName", ""): p for p in live}
-        if settled and len(live) == status.get("desiredNumberScheduled") == len(bound) and "" not in bound:
-            return bound
-        assert time.monotonic() < deadline, f"the DaemonSet did not settle: {status}, pods on {sorted(bound)}"
-        time.sleep(0.5)
+def _placed(cluster: Cluster, *nodes: str) -> dict[str, dict[str, Any]]:
+    """The proxy pods by node, once the DaemonSet controller has put them on exactly `nodes` and kept them there."""
+    return proxy_pods_on(cluster.kubeconfig, set(nodes))
 
 
 def test_the_api_server_stores_the_scheduling_and_the_pods_land_where_it_says(cluster: Cluster, tmp_path: Path) -> None:
@@ -161,8 +141,8 @@ def test_the_api_server_stores_the_scheduling_and_the_pods_land_where_it_says(cl
     terms = stored["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert terms[0]["matchExpressions"][-1] == {"key": ZONE, "operator": "In", "values": ["zone-a", "zone-b"]}
 
-    placed = _placed(cluster)
-    assert sorted(placed) == sorted(n for n, (_, _, runs) in NODES.items() if runs)
+    placed = _placed(cluster, *(n for n, (_, _, runs) in NODES.items() if runs))
+    assert sorted(placed) == ["pool-a", "pool-b-dedicated"]
     for pod in placed.values():  # both containers of each pod run with what the template says
         assert pod["spec"]["priorityClassName"] == "egress-critical"
         assert pod["spec"]["priority"] == PRIORITY, "the Priority admission plugin resolved the class"
@@ -178,11 +158,11 @@ def test_the_api_server_stores_the_scheduling_and_the_pods_land_where_it_says(cl
     # A node that leaves the pool loses its proxy pod; one that joins it gets one.
     cluster.kubectl("label", "node", "pool-a", f"{POOL}=batch", "--overwrite")
     cluster.kubectl("label", "node", "pool-c", f"{ZONE}=zone-b", "--overwrite")
-    assert sorted(_placed(cluster)) == ["pool-b-dedicated", "pool-c"]
+    assert sorted(_placed(cluster, "pool-b-dedicated", "pool-c")) == ["pool-b-dedicated", "pool-c"]
     assert _check(cluster, tmp_path) == []
     # A taint the settings do not tolerate on a node that runs the proxy: evicted by NoExecute, and not "missing".
     cluster.kubectl("taint", "node", "pool-c", "maintenance=true:NoExecute")
-    assert sorted(_placed(cluster)) == ["pool-b-dedicated"]
+    assert sorted(_placed(cluster, "pool-b-dedicated")) == ["pool-b-dedicated"]
     assert _check(cluster, tmp_path) == []
 
 
