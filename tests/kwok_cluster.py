@@ -34,7 +34,9 @@ def kwok_cluster(workdir: Path, name: str, nodes: int) -> Iterator[Path]:
         assert down.returncode == 0, down.stderr
 
 
-def proxy_pods_on(kubeconfig: Path, expected: set[str], timeout: float = 90, hold: float = 2) -> dict[str, dict[str, Any]]:
+def proxy_pods_on(
+    kubeconfig: Path, expected: set[str], timeout: float = 90, hold: float = 2
+) -> dict[str, dict[str, Any]]:
     """The live proxy pods by node once the DaemonSet controller has put them on exactly `expected` and kept them
     there for `hold` seconds; the test fails with what it saw if that does not happen within `timeout`.
 
