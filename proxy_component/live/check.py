@@ -135,6 +135,10 @@ def check_cluster(settings: Settings, cluster: Cluster) -> list[Finding]:
 
 def _findings(settings: Settings, cluster: Cluster) -> list[Finding]:
     """Every finding, in a stable order, from one snapshot (each object read once)."""
+    for ns in workload_namespaces(settings):  # read while the nodes and the proxy are judged
+        for _, api in workload_apis(settings):
+            cluster.ahead(Access(api, ns))
+        cluster.ahead(Access(PODS, ns))  # stale_owners'
     nodes = list(cluster.list_json(Access(NODES)))
     no_proxy = list(settings.no_proxy().networks())
     return [

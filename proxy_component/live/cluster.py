@@ -110,19 +110,52 @@ class Cluster:
     # Within `remembering()`: each get's and each whole list's result, so that the parts of one command that read the
     # same object (check's proxy-config and its stale pods) make one request. None: every call asks the API server.
     memo: dict[tuple[Access, tuple[tuple[str, str], ...]], Any] | None = None
-    # Whether a list asks for its next page while this one is parsed (see `_pages`); off, one after the other.
+    # Whether a list asks for its next page while this one is parsed (see `_pages`), and lists named by `ahead` are
+    # read in the background; off, every page is asked for when it is needed, one after the other.
     prefetch: bool = True
+    # Whether lists are read from the API server's watch cache (see `_first`); off, consistent reads from etcd.
+    cached: bool = True
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    # Lists named by `ahead`, by memo key, and the background readers' queue of them (started on first use).
+    _ahead: dict[tuple[Access, tuple[tuple[str, str], ...]], _Ahead] = field(default_factory=dict, repr=False)
+    _jobs: queue.Queue[_Ahead] | None = field(default=None, repr=False)
 
     @contextmanager
     def remembering(self) -> Iterator[None]:
         """Reads inside this block are made once: a snapshot of the cluster for one judgement. Polls (rollout
-        waiting for a restart) must not use it."""
+        waiting for a restart) must not use it.
+
+        The cyclic garbage collector is paused for the block: the snapshot is parsed JSON (dicts, lists and strings
+        without a cycle, freed by their reference counts), and with 20,000 pods, ReplicaSets and Deployments held
+        at once, each collection their allocations set off rescanned all of them, which took as long as reading
+        them (bench/README.md, `check` at scale)."""
         previous, self.memo = self.memo, {}
-        try:
-            yield
-        finally:
-            self.memo = previous
+        with _gc_paused():
+            try:
+                yield
+            finally:
+                # Dropped before the collector resumes: its first collection would otherwise scan all of it.
+                self.memo = previous
+                for ahead in self._ahead.values():
+                    ahead.drop()  # read ahead for this snapshot, never used: a background reader stops at its next page
+                self._ahead = {}
+
+    def ahead(self, access: Access, **selectors: str) -> None:
+        """Within `remembering()`: this list will be needed, so read its pages now, in the background, while the
+        command judges what it has (READ_AHEAD lists at a time, in the order they were named). The same requests
+        as when `list_json` reads it: the API server encodes one list while this process parses another. A list
+        `list_json` reaches before a background reader has started it is read there, as without this."""
+        if self.memo is None or not self.prefetch:
+            return
+        key = (access, tuple(sorted(selectors.items())))
+        if key in self.memo or key in self._ahead:
+            return
+        job = self._ahead[key] = _Ahead(lambda token: self._page(access, selectors, token))
+        if self._jobs is None:
+            self._jobs = queue.Queue()
+            for n in range(READ_AHEAD):
+                threading.Thread(target=_read_ahead, args=(self._jobs,), daemon=True, name=f"read-ahead {n}").start()
+        self._jobs.put(job)
 
     def supports(self, api: Api) -> bool:
         return hasattr(self.clients[api.client], api.method)
@@ -172,38 +205,50 @@ class Cluster:
             return self._pages(access, **selectors)
         key = (access, tuple(sorted(selectors.items())))
         if key not in self.memo:
-            self.memo[key] = list(self._pages(access, **selectors))
+            ahead = self._ahead.pop(key, None)
+            pages = ahead.items() if ahead is not None and ahead.claim() else None
+            self.memo[key] = list(pages if pages is not None else self._pages(access, **selectors))
         return iter(self.memo[key])
+
+    def _first(self, selectors: dict[str, str]) -> dict[str, str | int]:
+        """A list's first request. With `cached`, `resourceVersion=0`: the API server answers from its watch cache
+        (the objects as of the latest change it has seen, usually the latest), as controllers' informers list, in
+        one response, since the cache does not page; a server that reads etcd instead pages it. Without it, a
+        consistent read, in pages. The pages after the first carry no resourceVersion: their continue token holds
+        it."""
+        return {"limit": PAGE, **selectors, **({"resource_version": "0"} if self.cached else {})}
+
+    def _page(self, access: Access, selectors: dict[str, str], token: str | None) -> bytes:
+        """A list's first page (token None), or the page after the one whose continue token this is."""
+        if token is None:
+            return self._raw(access, **self._first(selectors))
+        return self._raw(access, limit=PAGE, _continue=token, **selectors)
 
     def _pages(self, access: Access, **selectors: str) -> Iterator[Obj]:
         """The items of each page. With `prefetch`, the next page is asked for as soon as this one's continue token
         is read from the head of its body (the API server writes the list's metadata before its items), so that the
         API server encodes page n+1 while page n is parsed here: the same requests, overlapped."""
         token: str | None = None
-        raw = self._raw(access, limit=PAGE, **selectors)
+        raw = self._page(access, selectors, None)
         while True:
             ahead = _head_continue(raw) if self.prefetch else None
-            upcoming = self._later(access, limit=PAGE, _continue=ahead, **selectors) if ahead else None
+            upcoming = self._later(access, selectors, ahead) if ahead else None
             page = _parse(raw)
             yield from page.get("items") or []
             token = (page.get("metadata") or {}).get("continue")
             if not token:
                 assert upcoming is None, "a continue token in the head of a page whose metadata has none"
                 return
-            raw = (
-                upcoming()
-                if upcoming is not None and ahead == token
-                else self._raw(access, limit=PAGE, _continue=token, **selectors)
-            )
+            raw = upcoming() if upcoming is not None and ahead == token else self._page(access, selectors, token)
 
-    def _later(self, access: Access, **kwargs: Any) -> Callable[[], bytes]:
-        """`_raw` in a daemon thread (an interrupted command exits without waiting for it); the returned function
+    def _later(self, access: Access, selectors: dict[str, str], token: str) -> Callable[[], bytes]:
+        """`_page` in a daemon thread (an interrupted command exits without waiting for it); the returned function
         waits for its body, or raises its exception."""
         box: queue.Queue[tuple[bytes | None, BaseException | None]] = queue.Queue(maxsize=1)
 
         def run() -> None:
             try:
-                box.put((self._raw(access, **kwargs), None))
+                box.put((self._page(access, selectors, token), None))
             except BaseException as exc:  # handed to the reader, raised there
                 box.put((None, exc))
 
@@ -252,6 +297,75 @@ class Cluster:
             raise
 
 
+READ_AHEAD = 2  # lists read in the background at once (`Cluster.ahead`)
+
+
+class _Ahead:
+    """One list read ahead by a background reader: its raw pages in order, then the end (None) or the reader's
+    error; `claim` decides, once, whether the reader or `list_json` reads it."""
+
+    def __init__(self, read: Callable[[str | None], bytes]) -> None:
+        self.read = read
+        self.state = "pending"  # "reading" (a background reader has it), "claimed" (list_json reads it), "dropped"
+        self.pages: queue.Queue[tuple[bytes, str | None] | BaseException | None] = queue.Queue()
+        self.lock = threading.Lock()
+
+    def start(self) -> bool:
+        with self.lock:
+            if self.state != "pending":
+                return False
+            self.state = "reading"
+            return True
+
+    def claim(self) -> bool:
+        """True when a background reader has this list (read it with `items`); False when it had not started, and
+        now never will: the caller reads the list itself."""
+        with self.lock:
+            if self.state == "pending":
+                self.state = "claimed"
+            return self.state == "reading"
+
+    def drop(self) -> None:
+        with self.lock:
+            self.state = "dropped"
+
+    def run(self) -> None:
+        try:
+            raw = self.read(None)
+            while True:
+                token = _continue(raw)
+                self.pages.put((raw, token))
+                if token is None or self.state == "dropped":
+                    break
+                raw = self.read(token)
+            self.pages.put(None)
+        except BaseException as exc:  # handed to the reader of the list, raised there
+            self.pages.put(exc)
+
+    def items(self) -> Iterator[Obj]:
+        """The list's items, page by page as the background reader delivers them."""
+        while True:
+            got = self.pages.get()
+            if isinstance(got, BaseException):
+                raise got
+            assert got is not None, "a background list ended before a page without a continue token"
+            raw, ahead = got
+            page = _parse(raw)
+            yield from page.get("items") or []
+            token = (page.get("metadata") or {}).get("continue")
+            if token != ahead:  # the head's token (what the reader asked for next) is the page's own
+                raise AssertionError(f"a list page's continue token {token!r} is not the one at its head {ahead!r}")
+            if not token:
+                return
+
+
+def _read_ahead(jobs: queue.Queue[_Ahead]) -> None:
+    while True:
+        job = jobs.get()
+        if job.start():
+            job.run()
+
+
 _HEAD = re.compile(rb'^\{[^\[{]*"metadata"\s*:\s*\{([^{}]*)\}')
 _CONTINUE = re.compile(rb'"continue"\s*:\s*"([A-Za-z0-9+/=_-]+)"')
 
@@ -260,6 +374,17 @@ def _head_continue(raw: bytes) -> str | None:
     """A list body's continue token, from its metadata at the head (before the items), or None."""
     head = _HEAD.match(raw[:4096])
     found = _CONTINUE.search(head.group(1)) if head else None
+    return found.group(1).decode() if found else None
+
+
+def _continue(raw: bytes) -> str | None:
+    """A list body's continue token: from its head where the head is the list's metadata, else from the parsed
+    body (a server that writes the items first)."""
+    head = _HEAD.match(raw[:4096])
+    if head is None or (b'"continue"' in head.group(1) and not _CONTINUE.search(head.group(1))):
+        token = (_parse(raw).get("metadata") or {}).get("continue")
+        return str(token) if token else None
+    found = _CONTINUE.search(head.group(1))
     return found.group(1).decode() if found else None
 
 

@@ -220,7 +220,9 @@ def plan_rollout(
 def _plan(
     settings: Settings, cluster: Cluster, namespaces: Sequence[str] | None, selector: str | None, max_concurrent: int
 ) -> Plan:
-    owners = stale_owners(settings, cluster, namespaces, selector)
+    # The restarted kinds' lists, read ahead while the pods are judged: the plan reads them next.
+    ahead = {"ReplicaSet": [WORKLOADS["Deployment"]], **{k: [WORKLOADS[k]] for k in RESTARTED if k != "Deployment"}}
+    owners = stale_owners(settings, cluster, namespaces, selector, ahead)
     target = current_target(settings)
     objects: dict[tuple[str, str, str], Obj] = {}
     read: set[tuple[str, str]] = set()

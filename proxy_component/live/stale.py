@@ -38,7 +38,7 @@ from ..render.env import CONFIG_NAME
 from ..render.trust import BUNDLE_NAME, trust_namespaces
 from ..settings import Settings
 from .access import config_api, workload_namespaces
-from .cluster import CONFIG_MAPS, JOBS, PODS, REPLICA_SETS, Access, Cluster, Obj
+from .cluster import CONFIG_MAPS, JOBS, PODS, REPLICA_SETS, Access, Api, Cluster, Obj
 
 __all__ = ["REFERENCE", "RESTARTABLE", "Owner", "StalePod", "current_target", "stale_owners"]
 
@@ -232,27 +232,49 @@ def _judged(settings: Settings, namespaces: Sequence[str] | None) -> list[str]:
 
 
 def stale_owners(
-    settings: Settings, cluster: Cluster, namespaces: Sequence[str] | None = None, selector: str | None = None
+    settings: Settings,
+    cluster: Cluster,
+    namespaces: Sequence[str] | None = None,
+    selector: str | None = None,
+    owners_ahead: Mapping[str, Sequence[Api]] | None = None,
 ) -> list[Owner]:
     """The owners with stale pods in the judged namespaces (those of `check`, narrowed to `namespaces` when given),
     pods filtered by a label `selector`; sorted by namespace, kind, name.
 
     Reads per namespace: `proxy-config` and (with a trusted CA) `proxy-trust` by name, its pods (a paged list), and
-    its ReplicaSets or Jobs only when a stale pod has one.
+    its ReplicaSets or Jobs only when a stale pod has one. `owners_ahead`: by the kind of a stale pod's controller,
+    the lists the caller will read next, read ahead from the first such pod on (`Cluster.ahead`).
     """
     target = current_target(settings)
     trusted = set(trust_namespaces(settings))
+    judged = _judged(settings, namespaces)
+    labelled = {"label_selector": selector} if selector else {}
     out: list[Owner] = []
-    for ns in _judged(settings, namespaces):
+    for i, ns in enumerate(judged):
+        if i + 1 < len(judged):
+            cluster.ahead(Access(PODS, judged[i + 1]), **labelled)
         config = cluster.get_json(Access(config_api(settings), ns, CONFIG_NAME))
         trust = cluster.get_json(Access(CONFIG_MAPS, ns, BUNDLE_NAME)) if ns in trusted else None
         keys = (config or {}).get("data") or {}
         current = _Namespace(target, content_time(config), keys, content_time(trust))
-        pods = cluster.list_json(Access(PODS, ns), **({"label_selector": selector} if selector else {}))
-        stale = [(pod, reason) for pod in pods if _running(pod) for reason in [pod_staleness(pod, current)] if reason]
+        stale: list[tuple[Obj, str]] = []
+        kinds: set[str] = set()
+        for pod in cluster.list_json(Access(PODS, ns), **labelled):
+            reason = pod_staleness(pod, current) if _running(pod) else ""
+            if not reason:
+                continue
+            stale.append((pod, reason))
+            kind = (_controller(pod) or ("Pod", ""))[0]
+            if kind not in kinds:  # the first stale pod of its kind: what it takes to know its owner, and more
+                kinds.add(kind)
+                for api in [*_PARENT_LISTS.get(kind, ()), *(owners_ahead or {}).get(kind, ())]:
+                    cluster.ahead(Access(api, ns))
         if stale:
             out += _owners_of(cluster, ns, stale)
     return sorted(out, key=lambda o: (o.namespace, o.kind, o.name))
+
+
+_PARENT_LISTS = {"ReplicaSet": (REPLICA_SETS,), "Job": (JOBS,)}  # what _owners_of lists to find a pod's owner
 
 
 def summary(owners: Iterable[Owner]) -> Iterator[str]:
