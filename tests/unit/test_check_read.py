@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
@@ -15,7 +16,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from kubernetes import client
 
-from proxy_component.live.cluster import NAMESPACES, NODES, PAGE, Access, CheckError, Cluster, explain
+from proxy_component.live.cluster import NAMESPACES, NODES, PAGE, PODS, Access, CheckError, Cluster, explain
 
 NODE_COUNT = PAGE * 2 + 7  # three pages
 FORBIDDEN = 'namespaces "locked" is forbidden: User "alice" cannot get resource "namespaces" in API group ""'
@@ -25,6 +26,7 @@ class _Handler(BaseHTTPRequestHandler):
     asked: ClassVar[list[str]] = []
     second_page = threading.Event()  # set when page 2 is asked for
     expired: ClassVar[str | None] = None  # a continue token answered 410 Gone
+    release = threading.Event()  # what the pods of a namespace named slow-* wait for
 
     def do_GET(self) -> None:
         url = urlsplit(self.path)
@@ -32,7 +34,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.asked.append(self.path)
         if query.get("continue") == "500":
             self.second_page.set()
-        if url.path == "/api/v1/nodes" and self.expired is not None and query.get("continue") == self.expired:
+        if url.path.startswith("/api/v1/namespaces/slow-"):
+            self.release.wait(timeout=10)
+            self._answer(200, {"kind": "PodList", "metadata": {}, "items": []})
+        elif url.path == "/api/v1/nodes" and self.expired is not None and query.get("continue") == self.expired:
             self._answer(410, {"kind": "Status", "status": "Failure", "message": "too old", "code": 410})
         elif url.path == "/api/v1/nodes":
             start, limit = int(query.get("continue", "0")), int(query["limit"])
@@ -64,6 +69,7 @@ def cluster() -> Iterator[Cluster]:
     _Handler.asked = []
     _Handler.second_page.clear()
     _Handler.expired = None
+    _Handler.release.clear()
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -77,13 +83,96 @@ def cluster() -> Iterator[Cluster]:
         server.server_close()
 
 
+def _queries() -> list[dict[str, list[str]]]:
+    return [parse_qs(urlsplit(p).query) for p in _Handler.asked]
+
+
 def test_a_list_follows_every_page_and_counts_one_request_per_page(cluster: Cluster) -> None:
     nodes = list(cluster.list_json(Access(NODES)))
     assert [n["metadata"]["name"] for n in nodes] == [f"n{i:04d}" for i in range(NODE_COUNT)]
     assert all(type(n) is dict for n in nodes), "plain JSON, not the client's models"
     assert cluster.requests == 3
-    assert [parse_qs(urlsplit(p).query).get("continue") for p in _Handler.asked] == [None, ["500"], ["1000"]]
+    assert [q.get("continue") for q in _queries()] == [None, ["500"], ["1000"]]
     assert cluster.accessed == {Access(NODES)}
+
+
+@pytest.mark.parametrize("cached", [True, False], ids=["watch-cache", "consistent"])
+def test_a_list_asks_the_watch_cache_first_and_its_next_pages_by_their_token_alone(
+    cluster: Cluster, cached: bool
+) -> None:
+    """resourceVersion=0 on a list's first request (the API server then answers from its watch cache, unpaged);
+    never beside a continue token, which the API server refuses (422). Off: consistent reads."""
+    cluster.cached = cached
+    assert len(list(cluster.list_json(Access(NODES)))) == NODE_COUNT
+    assert [(q.get("resourceVersion"), q.get("limit"), q.get("continue")) for q in _queries()] == [
+        (["0"] if cached else None, ["500"], None),
+        (None, ["500"], ["500"]),
+        (None, ["500"], ["1000"]),
+    ]
+
+
+def _asked_for(count: int, within: float = 5) -> bool:
+    """Whether the stand-in has had `count` requests within `within` seconds."""
+    deadline = time.monotonic() + within
+    while len(_Handler.asked) < count and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return len(_Handler.asked) >= count
+
+
+def test_a_list_named_ahead_is_read_in_the_background_and_handed_over_whole(cluster: Cluster) -> None:
+    with cluster.remembering():
+        cluster.ahead(Access(NODES))
+        cluster.ahead(Access(NODES))  # named twice: read once
+        assert _asked_for(3), "all three pages asked for before anything wanted them"
+        nodes = list(cluster.list_json(Access(NODES)))
+        assert len(list(cluster.list_json(Access(NODES)))) == NODE_COUNT
+    assert [n["metadata"]["name"] for n in nodes] == [f"n{i:04d}" for i in range(NODE_COUNT)]
+    assert cluster.requests == len(_Handler.asked) == 3, "the same requests as reading it when wanted"
+    assert [q.get("continue") for q in _queries()] == [None, ["500"], ["1000"]]
+
+
+def test_a_list_wanted_before_a_background_reader_is_free_is_read_where_it_is_wanted(cluster: Cluster) -> None:
+    """Two slow lists hold both background readers; the nodes, named third, are read by list_json itself, at
+    once and only there; the slow lists are dropped unread with the snapshot."""
+    with cluster.remembering():
+        cluster.ahead(Access(PODS, "slow-a"))
+        cluster.ahead(Access(PODS, "slow-b"))
+        assert _asked_for(2)
+        cluster.ahead(Access(NODES))
+        assert len(list(cluster.list_json(Access(NODES)))) == NODE_COUNT
+        assert cluster.requests == 5
+    _Handler.release.set()
+    assert not _asked_for(6, within=0.5), "nothing more is asked for"
+    assert sorted(p.partition("?")[0] for p in _Handler.asked) == [
+        *["/api/v1/namespaces/slow-a/pods", "/api/v1/namespaces/slow-b/pods"],
+        *["/api/v1/nodes"] * 3,
+    ]
+
+
+def test_a_failed_page_read_ahead_is_raised_where_the_list_is_wanted(cluster: Cluster) -> None:
+    _Handler.expired = "1000"
+    with cluster.remembering():
+        cluster.ahead(Access(NODES))
+        assert _asked_for(3)
+        with pytest.raises(client.ApiException) as caught:
+            list(cluster.list_json(Access(NODES)))
+    assert caught.value.status == 410
+
+
+def test_the_collector_is_paused_for_a_snapshot_and_resumes_once_it_is_dropped(cluster: Cluster) -> None:
+    """At 20,000 pods the collections a snapshot's allocations set off rescanned all of it; and the memo is
+    dropped before the collector resumes, so that its first collection does not scan it either."""
+    assert gc.isenabled()
+    with cluster.remembering():
+        assert not gc.isenabled()
+        nodes = cluster.list_json(Access(NODES))
+        assert cluster.memo
+    assert gc.isenabled()
+    assert cluster.memo is None
+    assert len(list(nodes)) == NODE_COUNT, "what was handed out stays whole"
+    with pytest.raises(RuntimeError), cluster.remembering():
+        raise RuntimeError("a judgement failed")
+    assert gc.isenabled(), "resumed after an error too"
 
 
 @pytest.mark.parametrize("prefetch", [True, False], ids=["prefetch", "one-after-the-other"])
