@@ -463,6 +463,17 @@ class Runner:
                 item.said = names
                 self.progress(f"{owner.ref}: waiting: {names} allows no disruption now")
             return
+        # The plan read the owner from the API server's watch cache, which may lag a restart an interrupted run
+        # made moments ago (another API server's cache more than this one's): read it again, consistently, so that
+        # a rerun never restarts an owner twice for the same configuration.
+        current = self._read(owner.kind, owner.namespace, owner.name)
+        if current is None:
+            self._finish(item, "gone", f"the {owner.kind} was deleted before its restart")
+            return
+        if _template_annotations(current).get(RESTARTED_FOR) == self.plan.target:
+            self.progress(f"{owner.ref}: restarted for this configuration by an earlier run: waiting for it")
+            item.phase, item.deadline, item.said = "rolling", self._clock() + self.timeout, ""
+            return
         body = {"spec": {"template": {"metadata": {"annotations": {
             RESTARTED_AT: self.now(), RESTARTED_FOR: self.plan.target}}}}}  # fmt: skip
         try:

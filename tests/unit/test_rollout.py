@@ -369,6 +369,24 @@ def test_an_owner_already_restarted_for_the_target_is_waited_for_not_patched_aga
     assert [s.action for s in plan_rollout(settings, _cluster(world2)).steps] == ["restart"]
 
 
+def test_an_owner_a_lagging_cache_shows_unrestarted_is_read_again_and_not_restarted_twice(
+    settings: Settings,
+) -> None:
+    """The plan reads lists from the API server's watch cache; an interrupted run's restart that the cache has not
+    seen yet must not be made again: the owner is read again by name, consistently, before its restart."""
+    world = _fleet(settings, deployments=2, statefulsets=0)
+    cluster = _cluster(world)
+    plan = plan_rollout(settings, cluster)  # as the cache had it: neither restarted
+    assert [s.action for s in plan.steps] == ["restart", "restart"]
+    world.call("patch_namespaced_deployment", "d00", "apps", {"spec": {"template": {"metadata": {"annotations": {
+        RESTARTED_FOR: world.target}}}}}, _content_type="application/strategic-merge-patch+json")  # fmt: skip
+    world.patches.clear()  # what the interrupted run did, after the cache was read
+    outcomes = _runner(settings, world, cluster, plan).run()
+    assert [(o.ref, o.status) for o in outcomes] == [("Deployment apps/d00", "restarted"),
+                                                     ("Deployment web/d01", "restarted")]  # fmt: skip
+    assert world.patched() == ["Deployment web/d01"], "d00 waited for, not patched again"
+
+
 def test_a_pdb_without_disruptions_blocks_then_times_out_with_a_report(settings: Settings) -> None:
     world = _fleet(settings, deployments=3, statefulsets=0)
     world.pdb("apps", "d00-pdb", {"app": "d00"}, allowed=0)
