@@ -377,6 +377,7 @@ def _check(args: argparse.Namespace) -> int:
     settings = _load(args.config, args)
     probes: list[Any] = []
     previous = _interruptible()  # the probe pods are deleted on either signal
+    cluster = None
     try:
         cluster = connect(args.kubeconfig, args.context)
         findings = check_cluster(settings, cluster)
@@ -386,6 +387,7 @@ def _check(args: argparse.Namespace) -> int:
         print(f"proxy-component check: {exc}", file=sys.stderr)
         return EXIT_INVALID
     except KeyboardInterrupt:
+        cluster = None  # out now, not after its requests in flight
         print("proxy-component check: interrupted (probe pods deleted)", file=sys.stderr)
         return 130
     except (SettingsError, NoProxyError, ValueError):
@@ -394,6 +396,8 @@ def _check(args: argparse.Namespace) -> int:
         return _crash("check: internal error, not a finding", exc, scrub, settings)
     finally:
         _restore(previous)
+        if cluster is not None:
+            cluster.settle()
     failed = [p for p in probes if not p.ok]
     if args.json:
         rows = [f.as_dict() for f in findings]
@@ -481,6 +485,7 @@ def _rollout(args: argparse.Namespace) -> int:
                 )
     previous = _interruptible()  # on either signal: stop starting work, say where it is
     outcomes: list[Any] = []
+    cluster = None
     try:
         cluster = connect(args.kubeconfig, args.context)
         if args.capi:
@@ -504,10 +509,12 @@ def _rollout(args: argparse.Namespace) -> int:
             )  # fmt: skip
             outcomes = runner.run()
     except RolloutInterruptedError as stop:
+        cluster = None  # out now, not after its requests in flight
         _print_rollout(args, plan, stop.outcomes)
         print(f"proxy-component rollout: {stop.message}", file=sys.stderr)
         return 130
     except KeyboardInterrupt:
+        cluster = None
         print("proxy-component rollout: interrupted before anything was restarted", file=sys.stderr)
         return 130
     except CheckError as exc:
@@ -519,6 +526,8 @@ def _rollout(args: argparse.Namespace) -> int:
         return _crash("rollout: internal error", exc, scrub, settings)
     finally:
         _restore(previous)
+        if cluster is not None:
+            cluster.settle()
     _print_rollout(args, plan, outcomes)
     steps, listed = len(plan.steps), len(plan.listed)
     if not steps and not listed:

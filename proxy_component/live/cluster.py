@@ -15,6 +15,7 @@ import os
 import queue
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -119,6 +120,8 @@ class Cluster:
     # Lists named by `ahead`, by memo key, and the background readers' queue of them (started on first use).
     _ahead: dict[tuple[Access, tuple[tuple[str, str], ...]], _Ahead] = field(default_factory=dict, repr=False)
     _jobs: queue.Queue[_Ahead] | None = field(default=None, repr=False)
+    # The background reads in flight (`_background`, `_read_ahead`): each one's end, awaited by `_end_ahead`.
+    _inflight: set[threading.Event] = field(default_factory=set, repr=False)
 
     @contextmanager
     def remembering(self) -> Iterator[None]:
@@ -130,15 +133,53 @@ class Cluster:
         at once, each collection their allocations set off rescanned all of them, which took as long as reading
         them (bench/README.md, `check` at scale)."""
         previous, self.memo = self.memo, {}
+        interrupted = False
         with _gc_paused():
             try:
                 yield
+            except KeyboardInterrupt:
+                interrupted = True
+                raise
             finally:
                 # Dropped before the collector resumes: its first collection would otherwise scan all of it.
                 self.memo = previous
-                for ahead in self._ahead.values():
-                    ahead.drop()  # read ahead for this snapshot, never used: a background reader stops at its next page
-                self._ahead = {}
+                self._end_ahead(wait=not interrupted)
+
+    def _end_ahead(self, wait: bool = True) -> None:
+        """Drop the lists read ahead and not (or not wholly) used, after an error most of them, and wait for the
+        background reads still in flight: a process that exits while a daemon thread is inside OpenSSL is aborted
+        (SIGABRT: `check` was, after printing a 401), so none is left in a request when the snapshot ends."""
+        for ahead in self._ahead.values():
+            ahead.drop()
+        self._ahead = {}
+        if wait:  # not after Ctrl-C, which must end the command now: a request blocked on a silent server stays so
+            self.settle()
+
+    def settle(self) -> None:
+        """Wait (up to AHEAD_GRACE seconds) for the background reads in flight: what a command does before it
+        returns, so that the process never exits with a daemon thread inside OpenSSL."""
+        deadline = time.monotonic() + AHEAD_GRACE
+        with self._lock:
+            inflight = list(self._inflight)
+        for done in inflight:
+            done.wait(max(0.0, deadline - time.monotonic()))
+
+    def _background(self, run: Callable[[], None], name: str) -> None:
+        """`run` in a daemon thread (an interrupted command exits without waiting for it), known to `_end_ahead`
+        until it returns."""
+        done = threading.Event()
+        with self._lock:
+            self._inflight.add(done)
+
+        def body() -> None:
+            try:
+                run()
+            finally:
+                with self._lock:
+                    self._inflight.discard(done)
+                done.set()
+
+        threading.Thread(target=body, daemon=True, name=name).start()
 
     def ahead(self, access: Access, **selectors: str) -> None:
         """Within `remembering()`: this list will be needed, so read its pages now, in the background, while the
@@ -154,8 +195,25 @@ class Cluster:
         if self._jobs is None:
             self._jobs = queue.Queue()
             for n in range(READ_AHEAD):
-                threading.Thread(target=_read_ahead, args=(self._jobs,), daemon=True, name=f"read-ahead {n}").start()
+                threading.Thread(target=self._read_ahead, daemon=True, name=f"read-ahead {n}").start()
         self._jobs.put(job)
+
+    def _read_ahead(self) -> None:
+        """A background reader: the lists named by `ahead`, one after the other, each known to `_end_ahead` while
+        it is read."""
+        assert self._jobs is not None
+        while True:
+            job = self._jobs.get()
+            done = threading.Event()
+            with self._lock:  # before it starts: `_end_ahead` drops, then waits for what started before that
+                self._inflight.add(done)
+            try:
+                if job.start():
+                    job.run()
+            finally:
+                with self._lock:
+                    self._inflight.discard(done)
+                done.set()
 
     def supports(self, api: Api) -> bool:
         return hasattr(self.clients[api.client], api.method)
@@ -205,7 +263,7 @@ class Cluster:
             return self._pages(access, **selectors)
         key = (access, tuple(sorted(selectors.items())))
         if key not in self.memo:
-            ahead = self._ahead.pop(key, None)
+            ahead = self._ahead.get(key)
             pages = ahead.items() if ahead is not None and ahead.claim() else None
             self.memo[key] = list(pages if pages is not None else self._pages(access, **selectors))
         return iter(self.memo[key])
@@ -252,7 +310,7 @@ class Cluster:
             except BaseException as exc:  # handed to the reader, raised there
                 box.put((None, exc))
 
-        threading.Thread(target=run, daemon=True, name=f"next page of {access.api.resource}").start()
+        self._background(run, f"next page of {access.api.resource}")
 
         def result() -> bytes:
             body, error = box.get()
@@ -298,6 +356,7 @@ class Cluster:
 
 
 READ_AHEAD = 2  # lists read in the background at once (`Cluster.ahead`)
+AHEAD_GRACE = 10.0  # seconds the end of a snapshot waits for background reads in flight (`Cluster._end_ahead`)
 
 
 class _Ahead:
@@ -306,7 +365,9 @@ class _Ahead:
 
     def __init__(self, read: Callable[[str | None], bytes]) -> None:
         self.read = read
-        self.state = "pending"  # "reading" (a background reader has it), "claimed" (list_json reads it), "dropped"
+        # "reading" (a background reader has it), "taken" (and list_json reads its pages), "claimed" (list_json reads
+        # it itself), "dropped" (not wanted: a reader stops after its current page)
+        self.state = "pending"
         self.pages: queue.Queue[tuple[bytes, str | None] | BaseException | None] = queue.Queue()
         self.lock = threading.Lock()
 
@@ -318,14 +379,18 @@ class _Ahead:
             return True
 
     def claim(self) -> bool:
-        """True when a background reader has this list (read it with `items`); False when it had not started, and
-        now never will: the caller reads the list itself."""
+        """True, once, when a background reader has this list (read it with `items`); False when it had not
+        started, and now never will, or was claimed before: the caller reads the list itself."""
         with self.lock:
+            if self.state == "reading":
+                self.state = "taken"
+                return True
             if self.state == "pending":
                 self.state = "claimed"
-            return self.state == "reading"
+            return False
 
     def drop(self) -> None:
+        """No longer wanted: a background reader stops after its current page."""
         with self.lock:
             self.state = "dropped"
 
@@ -357,13 +422,6 @@ class _Ahead:
                 raise AssertionError(f"a list page's continue token {token!r} is not the one at its head {ahead!r}")
             if not token:
                 return
-
-
-def _read_ahead(jobs: queue.Queue[_Ahead]) -> None:
-    while True:
-        job = jobs.get()
-        if job.start():
-            job.run()
 
 
 _HEAD = re.compile(rb'^\{[^\[{]*"metadata"\s*:\s*\{([^{}]*)\}')

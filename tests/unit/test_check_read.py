@@ -133,15 +133,29 @@ def test_a_list_named_ahead_is_read_in_the_background_and_handed_over_whole(clus
 
 def test_a_list_wanted_before_a_background_reader_is_free_is_read_where_it_is_wanted(cluster: Cluster) -> None:
     """Two slow lists hold both background readers; the nodes, named third, are read by list_json itself, at
-    once and only there; the slow lists are dropped unread with the snapshot."""
-    with cluster.remembering():
-        cluster.ahead(Access(PODS, "slow-a"))
-        cluster.ahead(Access(PODS, "slow-b"))
-        assert _asked_for(2)
-        cluster.ahead(Access(NODES))
-        assert len(list(cluster.list_json(Access(NODES)))) == NODE_COUNT
-        assert cluster.requests == 5
-    _Handler.release.set()
+    once and only there. The snapshot then ends with an error: the slow lists are dropped unread, and the end
+    waits for their requests in flight (a process that exits while a daemon thread is inside OpenSSL is aborted:
+    `check` was, with SIGABRT, after printing a 401)."""
+    released = threading.Timer(0.5, _Handler.release.set)
+    started: list[float] = []
+
+    def judge_then_fail() -> None:
+        with cluster.remembering():
+            cluster.ahead(Access(PODS, "slow-a"))
+            cluster.ahead(Access(PODS, "slow-b"))
+            assert _asked_for(2)
+            cluster.ahead(Access(NODES))
+            assert len(list(cluster.list_json(Access(NODES)))) == NODE_COUNT
+            assert cluster.requests == 5
+            released.start()
+            started.append(time.monotonic())
+            raise RuntimeError("a judgement failed")
+
+    with pytest.raises(RuntimeError):
+        judge_then_fail()
+    assert time.monotonic() - started[0] >= 0.4, "the end of the snapshot waited for the slow requests"
+    assert _Handler.release.is_set()
+    assert cluster._inflight == set(), "no background read left in flight"
     assert not _asked_for(6, within=0.5), "nothing more is asked for"
     assert sorted(p.partition("?")[0] for p in _Handler.asked) == [
         *["/api/v1/namespaces/slow-a/pods", "/api/v1/namespaces/slow-b/pods"],
