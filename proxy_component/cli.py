@@ -388,7 +388,7 @@ def _check(args: argparse.Namespace) -> int:
         return EXIT_INVALID
     except KeyboardInterrupt:
         cluster = None  # out now, not after its requests in flight
-        print("proxy-component check: interrupted (probe pods deleted)", file=sys.stderr)
+        print(f"proxy-component check: interrupted{' (probe pods deleted)' if args.probe else ''}", file=sys.stderr)
         return 130
     except (SettingsError, NoProxyError, ValueError):
         raise
