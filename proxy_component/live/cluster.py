@@ -164,20 +164,25 @@ class Cluster:
         for done in inflight:
             done.wait(max(0.0, deadline - time.monotonic()))
 
-    def _background(self, run: Callable[[], None], name: str) -> None:
-        """`run` in a daemon thread (an interrupted command exits without waiting for it), known to `_end_ahead`
-        until it returns."""
+    @contextmanager
+    def _in_flight(self) -> Iterator[None]:
+        """A background read, known to `settle` until it ends."""
         done = threading.Event()
         with self._lock:
             self._inflight.add(done)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._inflight.discard(done)
+            done.set()
+
+    def _background(self, run: Callable[[], None], name: str) -> None:
+        """`run` in a daemon thread (an interrupted command exits without waiting for it), known to `settle`."""
 
         def body() -> None:
-            try:
+            with self._in_flight():
                 run()
-            finally:
-                with self._lock:
-                    self._inflight.discard(done)
-                done.set()
 
         threading.Thread(target=body, daemon=True, name=name).start()
 
@@ -204,16 +209,10 @@ class Cluster:
         assert self._jobs is not None
         while True:
             job = self._jobs.get()
-            done = threading.Event()
-            with self._lock:  # before it starts: `_end_ahead` drops, then waits for what started before that
-                self._inflight.add(done)
-            try:
+            # Known before it starts: `_end_ahead` drops, then waits for what started before that.
+            with self._in_flight():
                 if job.start():
                     job.run()
-            finally:
-                with self._lock:
-                    self._inflight.discard(done)
-                done.set()
 
     def supports(self, api: Api) -> bool:
         return hasattr(self.clients[api.client], api.method)
