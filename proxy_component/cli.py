@@ -501,6 +501,9 @@ def _rollout(args: argparse.Namespace) -> int:
                   f"only: run them against the management cluster ({cluster.requests} API requests)",
                   file=sys.stderr)  # fmt: skip
             return 0
+        # The watch cache (the plan's quick read) may lag what an interrupted run restarted a moment ago: the waves
+        # of --apply are made from consistent lists.
+        cluster.cached = not args.apply
         plan = plan_rollout(settings, cluster, args.namespace, args.selector, args.max_concurrent)
         if args.apply and plan.steps:
             runner = Runner(
@@ -562,8 +565,9 @@ def _print_rollout(args: argparse.Namespace, plan: Any, outcomes: Sequence[Any])
         for step in wave:
             blocking = f" [now blocked by PDB {', '.join(step.pdbs)}: waits up to --pdb-timeout]" if step.pdbs else ""
             if step.action == "wait":
+                left = f" ({step.note})" if step.note else ""
                 print(f"  wait     {step.owner.ref}: restarted for this configuration by an earlier run; waits until "
-                      f"it is complete{blocking}")  # fmt: skip
+                      f"it is complete{left}")  # fmt: skip
             else:
                 bare = " [a bare Pod: evicting ends it, nothing recreates it]" if step.owner.kind == "Pod" else ""
                 print(f"  {step.action:<8} {step.owner.ref}: {step.why}{blocking}{bare}")

@@ -75,25 +75,28 @@ class Recorder:
                       key=lambda e: e[0])}  # fmt: skip
         return sum(1 for o in latest.values() if template_annotations(o).get(RESTARTED_FOR) == target)
 
-    def replay(self, target: str) -> tuple[int, dict[tuple[str, str, str], set[str]]]:
-        """The most owners rolling at once (restarted for the target, not complete), and each owner's restartedAt
-        values, in resourceVersion order."""
+    def replay(self, target: str) -> tuple[int, dict[tuple[str, str, str], set[str]], list[str]]:
+        """The most owners rolling at once (restarted for the target, not complete), each owner's restartedAt values,
+        in resourceVersion order, and the owners rolling at the first moment the most were (for a failure's
+        message), each with its state."""
         assert self.errors == [], "every change was recorded"
         with self.lock:
             events = sorted(self.events, key=lambda e: e[0])
         state: dict[tuple[str, str, str], Obj] = {}
-        most = 0
+        most: list[str] = []
         stamps: dict[tuple[str, str, str], set[str]] = {}
-        for _, kind, obj in events:
+        for version, kind, obj in events:
             key = (kind, obj["metadata"]["namespace"], obj["metadata"]["name"])
             state[key] = obj
             stamp = template_annotations(obj).get(RESTARTED_AT)
             if stamp:
                 stamps.setdefault(key, set()).add(stamp)
-            rolling = sum(1 for (k, _, _), o in state.items()
-                          if template_annotations(o).get(RESTARTED_FOR) == target and rollout_status(k, o)[0] != "done")  # fmt: skip
-            most = max(most, rolling)
-        return most, stamps
+            rolling = [f"{k} {ns}/{name}: {rollout_status(k, o)[1]} (resourceVersion {version})"
+                       for (k, ns, name), o in sorted(state.items())
+                       if template_annotations(o).get(RESTARTED_FOR) == target and rollout_status(k, o)[0] != "done"]  # fmt: skip
+            if len(rolling) > len(most):
+                most = rolling
+        return len(most), stamps, most
 
 
 def template_annotations(obj: Obj) -> dict[str, str]:

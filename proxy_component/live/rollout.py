@@ -37,7 +37,7 @@ from .cluster import (
     Obj,
     explain,
 )
-from .stale import Owner, StalePod, current_target, stale_owners
+from .stale import Owner, StalePod, current_target, judged_namespaces, stale_owners
 
 RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"  # what `kubectl rollout restart` sets
 RESTARTED_FOR = "proxy-component.io/restarted-for"  # the target an owner was restarted for: a rerun only waits
@@ -61,10 +61,11 @@ class Step:
     action: str
     labels: tuple[tuple[str, str], ...] = ()  # its pod template's labels: which PodDisruptionBudgets select it
     pdbs: tuple[str, ...] = ()  # the PDBs that select it and allowed no disruption when the plan was made
+    note: str = ""  # why, for an owner without a stale pod (one an earlier run restarted, still rolling)
 
     @property
     def why(self) -> str:
-        return why(self.owner.pods)
+        return why(self.owner.pods) or self.note
 
     def as_dict(self) -> dict[str, Any]:
         return {**_owner_dict(self.owner), "action": self.action, "why": self.why, "blockingPdbs": list(self.pdbs)}
@@ -220,44 +221,58 @@ def plan_rollout(
 def _plan(
     settings: Settings, cluster: Cluster, namespaces: Sequence[str] | None, selector: str | None, max_concurrent: int
 ) -> Plan:
-    # The restarted kinds' lists, read ahead while the pods are judged: the plan reads them next.
-    ahead = {"ReplicaSet": [WORKLOADS["Deployment"]], **{k: [WORKLOADS[k]] for k in RESTARTED if k != "Deployment"}}
-    owners = stale_owners(settings, cluster, namespaces, selector, ahead)
+    # The restarted kinds' lists of every judged namespace, read ahead while the pods are judged: the plan reads them
+    # next, for the stale owners and for those still rolling without a stale pod left.
+    owners = stale_owners(settings, cluster, namespaces, selector, [WORKLOADS[k] for k in RESTARTED])
     target = current_target(settings)
     objects: dict[tuple[str, str, str], Obj] = {}
-    read: set[tuple[str, str]] = set()
-    for owner in owners:
-        if owner.restartable and owner.kind in (*RESTARTED, "ReplicaSet") and (owner.namespace, owner.kind) not in read:
-            read.add((owner.namespace, owner.kind))
-            api = REPLICA_SETS if owner.kind == "ReplicaSet" else WORKLOADS[owner.kind]
-            for item in cluster.list_json(Access(api, owner.namespace)):
-                objects[(owner.namespace, owner.kind, item["metadata"]["name"])] = item
+    for ns in judged_namespaces(settings, namespaces):
+        for kind in RESTARTED:
+            for item in cluster.list_json(Access(WORKLOADS[kind], ns)):
+                objects[(ns, kind, item["metadata"]["name"])] = item
+    for ns in sorted({o.namespace for o in owners if o.restartable and o.kind == "ReplicaSet"}):
+        for item in cluster.list_json(Access(REPLICA_SETS, ns)):
+            objects[(ns, "ReplicaSet", item["metadata"]["name"])] = item
+    waits: list[Step] = []
     steps: list[Step] = []
     listed: list[Listed] = []
     budgets: dict[str, list[Obj]] = {}
+
+    def step(owner: Owner, obj: Obj, action: str, note: str = "") -> Step:
+        labels = tuple(sorted(((_template(obj).get("metadata") or {}).get("labels") or {}).items()))
+        if owner.namespace not in budgets:
+            budgets[owner.namespace] = list(cluster.list_json(Access(PDBS, owner.namespace)))
+        blocking = tuple(_ref(p) for p in _blocking(budgets[owner.namespace], dict(labels)))
+        return Step(owner, action, labels, blocking, note)
+
     for owner in owners:
         obj = objects.get((owner.namespace, owner.kind, owner.name))
         reason = _not_restartable(owner, obj, target)
         if reason:
             listed.append(Listed(owner, reason))
-            continue
-        if owner.kind == "Pod":
+        elif owner.kind == "Pod":
             steps.append(Step(owner, "evict"))
+        elif obj is not None and owner.kind == "ReplicaSet":
+            steps.append(step(owner, obj, "evict"))
+        elif obj is not None and _template_annotations(obj).get(RESTARTED_FOR) == target:
+            waits.append(step(owner, obj, "wait"))
+        elif obj is not None:
+            steps.append(step(owner, obj, "restart"))
+    # An owner an earlier (interrupted) run restarted for this target may have no stale pod left and still roll: its
+    # last old pod gone, its new ones not yet available. It counts against max_concurrent all the same.
+    stale = {(o.namespace, o.kind, o.name) for o in owners}
+    for key, obj in sorted(objects.items()):
+        ns, kind, name = key
+        if kind == "ReplicaSet" or key in stale or _template_annotations(obj).get(RESTARTED_FOR) != target:
             continue
-        assert obj is not None
-        labels = tuple(sorted(((_template(obj).get("metadata") or {}).get("labels") or {}).items()))
-        if owner.namespace not in budgets:
-            budgets[owner.namespace] = list(cluster.list_json(Access(PDBS, owner.namespace)))
-        blocking = tuple(_ref(p) for p in _blocking(budgets[owner.namespace], dict(labels)))
-        if owner.kind == "ReplicaSet":
-            action = "evict"
-        elif _template_annotations(obj).get(RESTARTED_FOR) == target:
-            action = "wait"
-        else:
-            action = "restart"
-        steps.append(Step(owner, action, labels, blocking))
+        state, message = rollout_status(kind, obj)
+        owner = Owner(kind, ns, name, (), True)
+        if state != "done" and not _not_restartable(owner, obj, target):
+            waits.append(step(owner, obj, "wait", f"no old pod left, not yet complete: {message}"))
+    # What an earlier run started is waited on first: a wave never adds restarts to owners still rolling.
+    ordered = sorted(waits, key=lambda s: (s.owner.namespace, s.owner.kind, s.owner.name)) + steps
     size = max_concurrent
-    waves = tuple(tuple(steps[i : i + size]) for i in range(0, len(steps), size))
+    waves = tuple(tuple(ordered[i : i + size]) for i in range(0, len(ordered), size))
     return Plan(target, max_concurrent, waves, tuple(listed))
 
 

@@ -224,7 +224,8 @@ def _owners_of(cluster: Cluster, namespace: str, stale: list[tuple[Obj, str]]) -
     ]
 
 
-def _judged(settings: Settings, namespaces: Sequence[str] | None) -> list[str]:
+def judged_namespaces(settings: Settings, namespaces: Sequence[str] | None = None) -> list[str]:
+    """The namespaces whose pods are judged: those of `check`, narrowed to `namespaces` when given."""
     judged = workload_namespaces(settings)
     if namespaces is None:
         return judged
@@ -236,18 +237,18 @@ def stale_owners(
     cluster: Cluster,
     namespaces: Sequence[str] | None = None,
     selector: str | None = None,
-    owners_ahead: Mapping[str, Sequence[Api]] | None = None,
+    ahead: Sequence[Api] = (),
 ) -> list[Owner]:
     """The owners with stale pods in the judged namespaces (those of `check`, narrowed to `namespaces` when given),
     pods filtered by a label `selector`; sorted by namespace, kind, name.
 
     Reads per namespace: `proxy-config` and (with a trusted CA) `proxy-trust` by name, its pods (a paged list), and
-    its ReplicaSets or Jobs only when a stale pod has one. `owners_ahead`: by the kind of a stale pod's controller,
-    the lists the caller will read next, read ahead from the first such pod on (`Cluster.ahead`).
+    its ReplicaSets or Jobs only when a stale pod has one. `ahead`: lists the caller reads next in every judged
+    namespace, read ahead (`Cluster.ahead`) once the namespace's pods are.
     """
     target = current_target(settings)
     trusted = set(trust_namespaces(settings))
-    judged = _judged(settings, namespaces)
+    judged = judged_namespaces(settings, namespaces)
     labelled = {"label_selector": selector} if selector else {}
     out: list[Owner] = []
     for i, ns in enumerate(judged):
@@ -267,8 +268,10 @@ def stale_owners(
             kind = (_controller(pod) or ("Pod", ""))[0]
             if kind not in kinds:  # the first stale pod of its kind: what it takes to know its owner, and more
                 kinds.add(kind)
-                for api in [*_PARENT_LISTS.get(kind, ()), *(owners_ahead or {}).get(kind, ())]:
+                for api in _PARENT_LISTS.get(kind, ()):
                     cluster.ahead(Access(api, ns))
+        for api in ahead:  # after the lists this namespace's owners need
+            cluster.ahead(Access(api, ns))
         if stale:
             out += _owners_of(cluster, ns, stale)
     return sorted(out, key=lambda o: (o.namespace, o.kind, o.name))

@@ -233,8 +233,8 @@ def test_a_change_by_reference_updates_proxy_config_alone_then_rollout_finishes_
     project.run("preview", "--expect-no-changes")
     recorder.stop()
 
-    most, stamps = recorder.replay(target)
-    assert most <= WAVE, f"{most} owners rolling at once"
+    most, stamps, rolling = recorder.replay(target)
+    assert most <= WAVE, f"{most} owners rolling at once: {rolling}\n{err}\n{rerun.stderr}"
     assert most >= 2, "waves ran owners side by side"
     now = live.owners()
     for key, obj in before.items():

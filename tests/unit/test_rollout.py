@@ -82,6 +82,7 @@ class World:
         self.interrupt_at: float | None = None
         self.pdb_allows_at: dict[str, float] = {}  # PDB name -> when it starts to allow a disruption
         self.counter = 0
+        self.list_versions: list[str | None] = []  # each list request's resourceVersion
 
     # --- building -------------------------------------------------------------------------------------------------
     def add(self, kind: str, namespace: str, name: str, **fields: Any) -> Obj:
@@ -179,6 +180,7 @@ class World:
             return self._evict(args[0], args[1])
         kind = KINDS[rest]
         if verb == "list":
+            self.list_versions.append(kwargs.get("resource_version"))
             namespace = args[0]
             selector = kwargs.get("label_selector")
             items = [copy.deepcopy(o) for (k, ns, _), o in sorted(self.objects.items())
@@ -372,8 +374,9 @@ def test_an_owner_already_restarted_for_the_target_is_waited_for_not_patched_aga
 def test_an_owner_a_lagging_cache_shows_unrestarted_is_read_again_and_not_restarted_twice(
     settings: Settings,
 ) -> None:
-    """The plan reads lists from the API server's watch cache; an interrupted run's restart that the cache has not
-    seen yet must not be made again: the owner is read again by name, consistently, before its restart."""
+    """A plan's lists may lag a restart another or an interrupted run made (the plan alone reads the API server's
+    watch cache); that restart must not be made again: the owner is read again by name, consistently, before its
+    restart."""
     world = _fleet(settings, deployments=2, statefulsets=0)
     cluster = _cluster(world)
     plan = plan_rollout(settings, cluster)  # as the cache had it: neither restarted
@@ -385,6 +388,51 @@ def test_an_owner_a_lagging_cache_shows_unrestarted_is_read_again_and_not_restar
     assert [(o.ref, o.status) for o in outcomes] == [("Deployment apps/d00", "restarted"),
                                                      ("Deployment web/d01", "restarted")]  # fmt: skip
     assert world.patched() == ["Deployment web/d01"], "d00 waited for, not patched again"
+
+
+def test_an_owner_still_rolling_without_an_old_pod_is_waited_on_first_and_counts_against_the_waves(
+    settings: Settings,
+) -> None:
+    """An interrupted run's restart of a StatefulSet: its old pods are gone, its new ones not yet ready. No pod of
+    it is stale, but it is rolling: the rerun waits on it in its first wave, not beside a full wave of restarts."""
+    world = _fleet(settings, deployments=4, statefulsets=1)
+    key = ("StatefulSet", "apps", "s00")
+    world.call("patch_namespaced_stateful_set", "s00", "apps", {"spec": {"template": {"metadata": {"annotations": {
+        RESTARTED_FOR: world.target}}}}}, _content_type="application/strategic-merge-patch+json")  # fmt: skip
+    world._pods(*key, 2, world.target)  # the new pods, created and not yet ready
+    world.objects[key]["status"].update(observedGeneration=2, readyReplicas=1, updateRevision="r2")
+    world.patches.clear()
+    world.max_rolling = 0
+    cluster = _cluster(world)
+    assert "StatefulSet apps/s00" not in {o.ref for o in stale_owners(settings, cluster)}, "no stale pod of it"
+    plan = plan_rollout(settings, cluster, max_concurrent=2)
+    assert [[(s.owner.ref, s.action) for s in wave] for wave in plan.waves] == [
+        [("StatefulSet apps/s00", "wait"), ("Deployment apps/d00", "restart")],
+        [("Deployment apps/d02", "restart"), ("Deployment web/d01", "restart")],
+        [("Deployment web/d03", "restart")],
+    ]
+    assert plan.waves[0][0].why == "no old pod left, not yet complete: 1 of 2 pods ready"
+    assert plan.waves[0][0].as_dict()["pods"] == []
+    outcomes = _runner(settings, world, cluster, plan).run()
+    assert [o.status for o in outcomes] == ["restarted"] * 5
+    assert world.max_rolling == 2, "never a third owner rolling beside the wave"
+    assert "StatefulSet apps/s00" not in world.patched()
+    assert plan_rollout(settings, cluster).waves == ()  # complete: nothing left to wait on
+
+
+def test_only_the_plan_reads_the_watch_cache_apply_reads_consistently(
+    config: Path, connected: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A list from the watch cache (resourceVersion=0) may lag what an interrupted run just restarted; the waves of
+    --apply are made from consistent lists (no resourceVersion)."""
+    assert main(["rollout", str(config)]) == 1
+    assert connected.list_versions
+    assert set(connected.list_versions) == {"0"}
+    connected.list_versions.clear()
+    assert main(["rollout", str(config), "--apply"]) == 0
+    assert connected.list_versions
+    assert set(connected.list_versions) == {None}
+    capsys.readouterr()
 
 
 def test_a_pdb_without_disruptions_blocks_then_times_out_with_a_report(settings: Settings) -> None:
@@ -908,10 +956,10 @@ def test_the_plan_says_what_waits_what_a_pdb_holds_and_that_a_bare_pod_is_not_re
     connected.pod("apps", "debug", {"app": "debug"})
     assert main(["rollout", str(config)]) == 1
     lines = capsys.readouterr().out.splitlines()
-    assert lines[1].endswith(" [now blocked by PDB apps/d00-pdb: waits up to --pdb-timeout]")
-    assert lines[1].startswith("  restart  Deployment apps/d00: 2 pods: ")
-    assert lines[3].startswith("  evict    Pod apps/debug: 1 pod: ")
-    assert lines[3].endswith(" [a bare Pod: evicting ends it, nothing recreates it]")
-    assert lines[4] == (
+    assert lines[1] == (  # what an earlier run restarted comes first
         "  wait     Deployment web/d01: restarted for this configuration by an earlier run; waits until it is complete"
     )
+    assert lines[2].endswith(" [now blocked by PDB apps/d00-pdb: waits up to --pdb-timeout]")
+    assert lines[2].startswith("  restart  Deployment apps/d00: 2 pods: ")
+    assert lines[4].startswith("  evict    Pod apps/debug: 1 pod: ")
+    assert lines[4].endswith(" [a bare Pod: evicting ends it, nothing recreates it]")
