@@ -33,7 +33,7 @@ from ..render.env import (
 from ..render.proxy import APP_LABEL, CONTROL_PLANE_LABEL, NO_DAEMONSET_LABELS
 from ..render.runtimes import python_no_proxy
 from ..render.trust import BUNDLE_NAME, trust_bundle_object, trust_namespaces
-from ..settings import RUNTIMES, NodeSelectorRequirement, Settings, image_is_mutable
+from ..settings import RUNTIMES, NodeSelectorRequirement, Runtime, Settings, image_is_mutable
 from .access import KUBERNETES_SERVICE, workload_apis, workload_namespaces
 from .cluster import (
     CONFIG_MAPS,
@@ -119,18 +119,26 @@ def _network(value: str) -> Net | None:
         return None
 
 
-Spans = tuple[tuple[int, int, int], ...]  # networks as (version, first address, last address)
+Span = tuple[int, int, int]  # a network as (version, first address, last address)
+Spans = tuple[Span, ...]
 
 
 def _spans(nets: Sequence[Net]) -> Spans:
     return tuple((n.version, int(n.network_address), int(n.broadcast_address)) for n in nets)
 
 
-def _within(net: Net, spans: Spans) -> bool:
+@functools.lru_cache(maxsize=1 << 16)  # a node's addresses are judged by two checks
+def _span(value: str) -> Span | None:
+    """An address or network as integers, None when it is neither."""
+    net = _network(value)
+    return None if net is None else (net.version, int(net.network_address), int(net.broadcast_address))
+
+
+def _within(net: Span, spans: Spans) -> bool:
     """Whether `net` lies in one of the networks, as `subnet_of` says, compared as integers (at 5,000 nodes
     `subnet_of` itself took a second of check's time)."""
-    low, high = int(net.network_address), int(net.broadcast_address)
-    return any(v == net.version and lo <= low and high <= hi for v, lo, hi in spans)
+    version, low, high = net
+    return any(v == version and lo <= low and high <= hi for v, lo, hi in spans)
 
 
 def check_cluster(settings: Settings, cluster: Cluster) -> list[Finding]:
@@ -204,7 +212,7 @@ def _nodes(settings: Settings, nodes: list[Obj], no_proxy: list[Net]) -> Iterato
     for node in nodes:
         name = f"Node {node['metadata']['name']}"
         for address in _internal_ips(node):
-            net = _network(address)
+            net = _span(address)
             if net is None:
                 continue
             if checks_allow and not _within(net, allow):
@@ -221,7 +229,7 @@ def _nodes(settings: Settings, nodes: list[Obj], no_proxy: list[Net]) -> Iterato
                 )  # fmt: skip
         spec = node.get("spec") or {}
         for cidr in spec.get("podCIDRs") or ([spec["podCIDR"]] if spec.get("podCIDR") else []):
-            net = _network(cidr)
+            net = _span(cidr)
             if net is None:
                 continue
             if checks_allow and not _within(net, allow):
@@ -251,11 +259,13 @@ def wide_node_range(cidr: str, addresses: Sequence[str]) -> tuple[Net, int] | No
     net = _network(cidr)
     if net is None:
         return None
-    inside = sorted(ip for ip in map(ipaddress.ip_address, addresses) if ip.version == net.version and ip in net)
+    low, high = int(net.network_address), int(net.broadcast_address)
+    inside = sorted(a for v, a, _ in filter(None, map(_span, addresses)) if v == net.version and low <= a <= high)
     if not inside:
         return None
-    span = net.max_prefixlen - (int(inside[0]) ^ int(inside[-1])).bit_length()
-    needed = ipaddress.ip_network(f"{inside[0]}/{min(span, NODE_SUBNET[net.version])}", strict=False)
+    span = net.max_prefixlen - (inside[0] ^ inside[-1]).bit_length()
+    first = ipaddress.ip_address(inside[0]) if net.version == 4 else ipaddress.IPv6Address(inside[0])
+    needed = ipaddress.ip_network(f"{first}/{min(span, NODE_SUBNET[net.version])}", strict=False)
     return (needed, len(inside)) if net.prefixlen < needed.prefixlen - WIDE_BITS else None
 
 
@@ -264,7 +274,7 @@ def _node_ranges(settings: Settings, nodes: list[Any]) -> Iterator[Finding]:
     (and its upstream credentials), not only the nodes."""
     if not settings.deployment.enabled:
         return
-    addresses = [a for node in nodes for a in _internal_ips(node) if _network(a) is not None]
+    addresses = [a for node in nodes for a in _internal_ips(node) if _span(a) is not None]
     for i, cidr in enumerate(settings.cluster.node_cidrs):
         wide = wide_node_range(cidr, addresses)
         if wide is None:
@@ -299,7 +309,7 @@ def _service_range(cluster: Cluster, no_proxy: list[Net]) -> Iterator[Finding]:
             ips = service["spec"].get("clusterIPs") or [service["spec"].get("clusterIP")]
             ranges += [("Service default/kubernetes", ip) for ip in ips if ip and ip != "None"]
     for name, cidr in ranges:
-        net = _network(cidr)
+        net = _span(cidr)
         if net is not None and not _within(net, _spans(no_proxy)):
             yield Finding(
                 "services-not-in-no-proxy", name, "warning",
@@ -530,6 +540,7 @@ def _workloads(settings: Settings, cluster: Cluster) -> Iterator[Finding]:
     tokens = NoProxyTokens.of(settings.no_proxy())
     ours = dict(env_pairs(values.select(RUNTIMES)))
     opt_out = settings.injection.opt_out_annotation
+    expected_by: dict[frozenset[Runtime], dict[str, Any]] = {}
     for ns in workload_namespaces(settings):
         for kind, api in workload_apis(settings):
             for obj in cluster.list_json(Access(api, ns)):
@@ -550,7 +561,9 @@ def _workloads(settings: Settings, cluster: Cluster) -> Iterator[Finding]:
                 except ValueError as exc:
                     yield Finding("workload-runtimes", name, "warning", f"{exc}: treated as no runtime")
                     selection = frozenset()
-                expected = dict(env_pairs(values.select(selection)))
+                if selection not in expected_by:  # a few selections among many workloads: rendered once each
+                    expected_by[selection] = dict(env_pairs(values.select(selection)))
+                expected = expected_by[selection]
                 spec = template["spec"]
                 containers = [
                     *(spec.get("initContainers") or []),

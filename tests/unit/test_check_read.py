@@ -16,6 +16,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from kubernetes import client
 
+from proxy_component.live import cluster as cluster_module
 from proxy_component.live.cluster import NAMESPACES, NODES, PAGE, PODS, Access, CheckError, Cluster, explain
 
 NODE_COUNT = PAGE * 2 + 7  # three pages
@@ -239,13 +240,13 @@ def test_the_garbage_collector_is_paused_only_while_a_response_is_parsed(
     """A page's parse allocates some 100,000 dicts and lists; collections triggered meanwhile rescan everything
     alive (three times the parse at 5,000 pods). Paused for the parse, restored after, an error included."""
     seen: list[bool] = []
-    parse = json.loads
+    parse = cluster_module.from_json
 
-    def loads(data: bytes) -> Any:
+    def loads(data: bytes, **options: Any) -> Any:
         seen.append(gc.isenabled())
-        return parse(data)
+        return parse(data, **options)
 
-    monkeypatch.setattr(json, "loads", loads)
+    monkeypatch.setattr(cluster_module, "from_json", loads)
     assert gc.isenabled()
     assert len(list(cluster.list_json(Access(NODES)))) == NODE_COUNT
     assert seen == [False, False, False]
@@ -253,13 +254,13 @@ def test_the_garbage_collector_is_paused_only_while_a_response_is_parsed(
     with pytest.raises(client.ApiException):
         cluster.get_json(Access(NAMESPACES, None, "locked"))
     assert gc.isenabled()
-    monkeypatch.setattr(json, "loads", lambda data: 1 / 0)
+    monkeypatch.setattr(cluster_module, "from_json", lambda data, **options: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         cluster.get_json(Access(NAMESPACES, None, "kube-system"))
     assert gc.isenabled(), "re-enabled after a failed parse"
     gc.disable()
     try:
-        monkeypatch.setattr(json, "loads", loads)
+        monkeypatch.setattr(cluster_module, "from_json", loads)
         cluster.get_json(Access(NAMESPACES, None, "kube-system"))
         assert not gc.isenabled(), "a collector the caller paused stays paused"
     finally:
@@ -287,3 +288,16 @@ def test_the_continue_token_is_read_from_the_head_only(body: bytes, token: str |
     from proxy_component.live.cluster import _head_continue
 
     assert _head_continue(body) == token
+
+
+def test_a_body_parses_as_the_standard_librarys_json_reads_it() -> None:
+    """pydantic-core's parser (what `_parse` uses) against `json.loads`: escapes, non-ASCII, big and negative
+    integers, floats, nulls, empty containers, a repeated key (the last one wins in both)."""
+    body = (
+        '{"kind":"PodList","items":[{"metadata":{"name":"caf\\u00e9-\u00e9\\ud83d\\ude00","annotations":{"a":"x\\"y\\\\z\\n"},'
+        '"generation":18446744073709551617,"n":-3,"r":1.5e-3,"z":0.1},"spec":{},"status":null,"l":[],"t":true,"f":false}],'
+        '"metadata":{"continue":"","continue":"tok"}}'
+    ).encode()
+    assert cluster_module._parse(body) == json.loads(body)
+    with pytest.raises(ValueError, match="EOF"):
+        cluster_module._parse(body[:-1])
