@@ -29,6 +29,7 @@ from .cluster import (
     PROBE_CREATE,
     PROBE_DELETE,
     READ_OWNER,
+    REPLICA_SET_OWNERS,
     REPLICA_SETS,
     RESTARTED,
     SECRETS,
@@ -87,7 +88,8 @@ def accesses(settings: Settings, probe: bool = False) -> list[Access]:
 
 def rollout_accesses(settings: Settings, namespaces: Iterable[str] | None = None, capi: bool = False) -> list[Access]:
     """Every request `rollout` may make in the judged namespaces (or those given), in the order it makes them:
-    `stale_accesses`, lists of the kinds it restarts and of PodDisruptionBudgets, a get of any of them (or a pod)
+    `stale_accesses`, lists of the kinds it restarts, of ReplicaSets (one without a Deployment is an owner) and of
+    PodDisruptionBudgets, a get of any of them (or a pod)
     by name while it waits, a patch of the kinds it restarts (the pod template's annotations, as `kubectl rollout
     restart`) and the eviction of pods (bare ones and those of a ReplicaSet without a Deployment). With `capi`,
     instead, what `rollout --capi` reads in the management cluster: the Cluster by name and its MachineDeployments."""
@@ -97,7 +99,7 @@ def rollout_accesses(settings: Settings, namespaces: Iterable[str] | None = None
     judged = list(workload_namespaces(settings) if namespaces is None else namespaces)
     out = stale_accesses(settings, judged)
     for ns in judged:
-        out += [Access(WORKLOADS[kind], ns) for kind in RESTARTED] + [Access(PDBS, ns)]
+        out += [Access(WORKLOADS[kind], ns) for kind in RESTARTED] + [Access(REPLICA_SETS, ns), Access(PDBS, ns)]
         out += [Access(api, ns) for api in READ_OWNER.values()]
         out += [Access(api, ns) for api in RESTARTED.values()] + [Access(EVICTIONS, ns)]
     return list(dict.fromkeys(out))
@@ -105,7 +107,7 @@ def rollout_accesses(settings: Settings, namespaces: Iterable[str] | None = None
 
 def stale_accesses(settings: Settings, namespaces: Iterable[str] | None = None) -> list[Access]:
     """What judging running pods reads (`stale.stale_owners`), per judged namespace (or those given):
-    `proxy-config` and, with a trusted CA, `proxy-trust` by name; its pods, ReplicaSets (a pod's Deployment) and
+    `proxy-config` and, with a trusted CA, `proxy-trust` by name; its pods, ReplicaSets' metadata (a pod's Deployment) and
     Jobs (a pod's CronJob)."""
     trusted = set(trust_namespaces(settings))
     out: list[Access] = []
@@ -113,7 +115,7 @@ def stale_accesses(settings: Settings, namespaces: Iterable[str] | None = None) 
         out.append(Access(config_api(settings), ns, CONFIG_NAME))
         if ns in trusted:
             out.append(Access(CONFIG_MAPS, ns, BUNDLE_NAME))
-        out += [Access(PODS, ns), Access(REPLICA_SETS, ns), Access(JOBS, ns)]
+        out += [Access(PODS, ns), Access(REPLICA_SET_OWNERS, ns), Access(JOBS, ns)]
     return out
 
 

@@ -38,7 +38,7 @@ from ..render.env import CONFIG_NAME
 from ..render.trust import BUNDLE_NAME, trust_namespaces
 from ..settings import Settings
 from .access import config_api, workload_namespaces
-from .cluster import CONFIG_MAPS, JOBS, PODS, REPLICA_SETS, Access, Api, Cluster, Obj
+from .cluster import CONFIG_MAPS, JOBS, PODS, REPLICA_SET_OWNERS, Access, Api, Cluster, Obj
 
 __all__ = ["REFERENCE", "RESTARTABLE", "Owner", "StalePod", "current_target", "stale_owners"]
 
@@ -207,7 +207,7 @@ def _owners_of(cluster: Cluster, namespace: str, stale: list[tuple[Obj, str]]) -
     """Group stale pods by what restarts them, reading ReplicaSets and Jobs only when a pod has one."""
     parents: dict[tuple[str, str], tuple[str, str] | None] = {}
     kinds = {kind for pod, _ in stale for kind, _ in [_controller(pod) or ("Pod", "")]}
-    for kind, api in (("ReplicaSet", REPLICA_SETS), ("Job", JOBS)):
+    for kind, api in (("ReplicaSet", REPLICA_SET_OWNERS), ("Job", JOBS)):
         if kind in kinds:
             for obj in cluster.list_json(Access(api, namespace)):
                 parents[kind, obj["metadata"]["name"]] = _controller(obj)
@@ -277,7 +277,7 @@ def stale_owners(
     return sorted(out, key=lambda o: (o.namespace, o.kind, o.name))
 
 
-_PARENT_LISTS = {"ReplicaSet": (REPLICA_SETS,), "Job": (JOBS,)}  # what _owners_of lists to find a pod's owner
+_PARENT_LISTS = {"ReplicaSet": (REPLICA_SET_OWNERS,), "Job": (JOBS,)}  # what _owners_of lists to find a pod's owner
 
 
 def summary(owners: Iterable[Owner]) -> Iterator[str]:

@@ -17,7 +17,19 @@ import pytest
 from kubernetes import client
 
 from proxy_component.live import cluster as cluster_module
-from proxy_component.live.cluster import NAMESPACES, NODES, PAGE, PODS, Access, CheckError, Cluster, explain
+from proxy_component.live.cluster import (
+    METADATA_ONLY,
+    NAMESPACES,
+    NODES,
+    PAGE,
+    PODS,
+    REPLICA_SET_OWNERS,
+    REPLICA_SETS,
+    Access,
+    CheckError,
+    Cluster,
+    explain,
+)
 
 NODE_COUNT = PAGE * 2 + 7  # three pages
 FORBIDDEN = 'namespaces "locked" is forbidden: User "alice" cannot get resource "namespaces" in API group ""'
@@ -25,6 +37,7 @@ FORBIDDEN = 'namespaces "locked" is forbidden: User "alice" cannot get resource 
 
 class _Handler(BaseHTTPRequestHandler):
     asked: ClassVar[list[str]] = []
+    accepts: ClassVar[list[str]] = []  # each request's Accept header
     second_page = threading.Event()  # set when page 2 is asked for
     expired: ClassVar[str | None] = None  # a continue token answered 410 Gone
     release = threading.Event()  # what the pods of a namespace named slow-* wait for
@@ -33,6 +46,7 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         query = {k: v[0] for k, v in parse_qs(url.query).items()}
         self.asked.append(self.path)
+        self.accepts.append(self.headers.get("Accept", ""))
         if query.get("continue") == "500":
             self.second_page.set()
         if url.path.startswith("/api/v1/namespaces/slow-"):
@@ -46,6 +60,15 @@ class _Handler(BaseHTTPRequestHandler):
             token = str(start + limit) if start + limit < NODE_COUNT else None
             items = [{"metadata": {"name": n, "labels": {"kubernetes.io/os": "linux"}}, "spec": {}} for n in names]
             self._answer(200, {"kind": "NodeList", "metadata": {"continue": token} if token else {}, "items": items})
+        elif url.path == "/apis/apps/v1/namespaces/apps/replicasets":
+            meta = {"name": "web-1", "namespace": "apps", "ownerReferences": [{"kind": "Deployment", "name": "web",
+                    "controller": True}]}  # fmt: skip
+            if self.headers.get("Accept", "").startswith("application/json;as=PartialObjectMetadataList;"):
+                item = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": meta}
+                self._answer(200, {"kind": "PartialObjectMetadataList", "metadata": {}, "items": [item]})
+            else:
+                self._answer(200, {"kind": "ReplicaSetList", "metadata": {}, "items": [{"metadata": meta,
+                                   "spec": {"template": {}}}]})  # fmt: skip
         elif url.path == "/api/v1/namespaces/kube-system":
             self._answer(200, {"kind": "Namespace", "metadata": {"name": "kube-system", "labels": {"a": "b"}}})
         elif url.path == "/api/v1/namespaces/locked":
@@ -68,6 +91,7 @@ class _Handler(BaseHTTPRequestHandler):
 @pytest.fixture
 def cluster() -> Iterator[Cluster]:
     _Handler.asked = []
+    _Handler.accepts = []
     _Handler.second_page.clear()
     _Handler.expired = None
     _Handler.release.clear()
@@ -77,7 +101,7 @@ def cluster() -> Iterator[Cluster]:
     try:
         configuration = client.Configuration(host=f"http://127.0.0.1:{server.server_address[1]}")
         api = client.ApiClient(configuration)
-        yield Cluster({"core": client.CoreV1Api(api)}, server=configuration.host)
+        yield Cluster({"core": client.CoreV1Api(api), "apps": client.AppsV1Api(api)}, server=configuration.host)
         api.close()  # type: ignore[no-untyped-call]
     finally:
         server.shutdown()
@@ -301,3 +325,16 @@ def test_a_body_parses_as_the_standard_librarys_json_reads_it() -> None:
     assert cluster_module._parse(body) == json.loads(body)
     with pytest.raises(ValueError, match="EOF"):
         cluster_module._parse(body[:-1])
+
+
+def test_a_pods_deployment_is_read_from_the_replicasets_metadata_alone(cluster: Cluster) -> None:
+    """The ReplicaSets that lead a stale pod to its Deployment are listed as PartialObjectMetadataList: their owner
+    references without their templates; the rollout plan's own read of them (an owner's template) is whole."""
+    (owners,) = list(cluster.list_json(Access(REPLICA_SET_OWNERS, "apps")))
+    assert owners == {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": {
+        "name": "web-1", "namespace": "apps", "ownerReferences": [{"kind": "Deployment", "name": "web",
+        "controller": True}]}}  # fmt: skip
+    (whole,) = list(cluster.list_json(Access(REPLICA_SETS, "apps")))
+    assert "spec" in whole
+    assert _Handler.accepts == [METADATA_ONLY, "application/json"]
+    assert cluster.accessed == {Access(REPLICA_SET_OWNERS, "apps"), Access(REPLICA_SETS, "apps")}
