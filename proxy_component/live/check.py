@@ -49,7 +49,7 @@ from .cluster import (
     Obj,
     explain,
 )
-from .stale import stale_owners
+from .stale import JudgedPods, judge_pods
 
 POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
 # hostNetwork, hostPort and the firewall's root user with NET_ADMIN: only `privileged` admits the DaemonSet.
@@ -161,13 +161,15 @@ def _findings(settings: Settings, cluster: Cluster) -> list[Finding]:
     d = settings.deployment
     if d.enabled:
         cluster.ahead(Access(PODS, d.namespace), label_selector=f"{APP_LABEL}={d.service_name}")
+    # Each namespace's pods before its workloads: the stale pods' ReplicaSets are then read while the workloads
+    # are judged.
     for ns in workload_namespaces(settings):
+        cluster.ahead(Access(PODS, ns))
         for _, api in workload_apis(settings):
             cluster.ahead(Access(api, ns))
-        cluster.ahead(Access(PODS, ns))  # stale_owners'
     nodes = list(cluster.list_json(Access(NODES)))
     no_proxy = list(settings.no_proxy().networks())
-    return [
+    first = [
         *_nodes(settings, nodes, no_proxy),
         *_node_ranges(settings, nodes),
         *_service_range(cluster, no_proxy),
@@ -175,9 +177,9 @@ def _findings(settings: Settings, cluster: Cluster) -> list[Finding]:
         *_proxy_configs(settings, cluster),
         *_trust_bundles(settings, cluster),
         *_injection_apis(settings, cluster),
-        *_workloads(settings, cluster),
-        *_stale(settings, cluster),
     ]
+    pods = judge_pods(settings, cluster)  # judged now, reported last
+    return [*first, *_workloads(settings, cluster), *_stale(pods)]
 
 
 def _injection_apis(settings: Settings, cluster: Cluster) -> Iterator[Finding]:
@@ -576,10 +578,10 @@ def _workloads(settings: Settings, cluster: Cluster) -> Iterator[Finding]:
                         yield Finding("workload-env", name, "warning", f"container {container['name']}: {problem}")
 
 
-def _stale(settings: Settings, cluster: Cluster) -> Iterator[Finding]:
+def _stale(pods: JudgedPods) -> Iterator[Finding]:
     """Each owner whose running pods hold old proxy values (stale.py says how that is decided and what it cannot
     know): `proxy-component rollout` restarts them; Jobs and CronJobs finish with what they have."""
-    for owner in stale_owners(settings, cluster):
+    for owner in pods.owners():
         first = owner.pods[0]
         many = len(owner.pods) > 1
         what = f"{len(owner.pods)} running pods hold" if many else f"pod {first.name} holds"

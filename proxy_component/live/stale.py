@@ -40,7 +40,16 @@ from ..settings import Settings
 from .access import config_api, workload_namespaces
 from .cluster import CONFIG_MAPS, JOBS, PODS, REPLICA_SET_OWNERS, Access, Api, Cluster, Obj
 
-__all__ = ["REFERENCE", "RESTARTABLE", "Owner", "StalePod", "current_target", "stale_owners"]
+__all__ = [
+    "REFERENCE",
+    "RESTARTABLE",
+    "JudgedPods",
+    "Owner",
+    "StalePod",
+    "current_target",
+    "judge_pods",
+    "stale_owners",
+]
 
 RESTARTABLE = ("Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Pod")
 # What a container that reads the CA once at start has in its env: the JVM's truststore option, Node's extra CAs.
@@ -240,17 +249,44 @@ def stale_owners(
     ahead: Sequence[Api] = (),
 ) -> list[Owner]:
     """The owners with stale pods in the judged namespaces (those of `check`, narrowed to `namespaces` when given),
-    pods filtered by a label `selector`; sorted by namespace, kind, name.
+    pods filtered by a label `selector`; sorted by namespace, kind, name. `judge_pods`, then its `owners()`."""
+    return judge_pods(settings, cluster, namespaces, selector, ahead).owners()
+
+
+@dataclass(frozen=True)
+class JudgedPods:
+    """The stale pods of each judged namespace, their owners not yet named: the ReplicaSets and Jobs that name
+    them are being read in the background meanwhile (`judge_pods`), so a caller may judge other things first."""
+
+    cluster: Cluster
+    stale: tuple[tuple[str, tuple[tuple[Obj, str], ...]], ...]  # (namespace, its stale pods and their reasons)
+
+    def owners(self) -> list[Owner]:
+        """The owners of the stale pods, sorted by namespace, kind, name."""
+        out = [owner for ns, stale in self.stale for owner in _owners_of(self.cluster, ns, list(stale))]
+        return sorted(out, key=lambda o: (o.namespace, o.kind, o.name))
+
+
+def judge_pods(
+    settings: Settings,
+    cluster: Cluster,
+    namespaces: Sequence[str] | None = None,
+    selector: str | None = None,
+    ahead: Sequence[Api] = (),
+) -> JudgedPods:
+    """The stale running pods of the judged namespaces (those of `check`, narrowed to `namespaces` when given),
+    pods filtered by a label `selector`.
 
     Reads per namespace: `proxy-config` and (with a trusted CA) `proxy-trust` by name, its pods (a paged list), and
-    its ReplicaSets or Jobs only when a stale pod has one. `ahead`: lists the caller reads next in every judged
-    namespace, read ahead (`Cluster.ahead`) once the namespace's pods are.
+    its ReplicaSets (their metadata) or Jobs only when a stale pod has one: named ahead (`Cluster.ahead`) at the
+    first such pod, read when `owners()` wants them. `ahead`: lists the caller reads next in every judged
+    namespace, read ahead once the namespace's pods are.
     """
     target = current_target(settings)
     trusted = set(trust_namespaces(settings))
     judged = judged_namespaces(settings, namespaces)
     labelled = {"label_selector": selector} if selector else {}
-    out: list[Owner] = []
+    out: list[tuple[str, tuple[tuple[Obj, str], ...]]] = []
     for i, ns in enumerate(judged):
         if i + 1 < len(judged):
             cluster.ahead(Access(PODS, judged[i + 1]), **labelled)
@@ -266,15 +302,15 @@ def stale_owners(
                 continue
             stale.append((pod, reason))
             kind = (_controller(pod) or ("Pod", ""))[0]
-            if kind not in kinds:  # the first stale pod of its kind: what it takes to know its owner, and more
+            if kind not in kinds:  # the first stale pod of its kind: what it takes to know its owner
                 kinds.add(kind)
                 for api in _PARENT_LISTS.get(kind, ()):
                     cluster.ahead(Access(api, ns))
         for api in ahead:  # after the lists this namespace's owners need
             cluster.ahead(Access(api, ns))
         if stale:
-            out += _owners_of(cluster, ns, stale)
-    return sorted(out, key=lambda o: (o.namespace, o.kind, o.name))
+            out.append((ns, tuple(stale)))
+    return JudgedPods(cluster, tuple(out))
 
 
 _PARENT_LISTS = {"ReplicaSet": (REPLICA_SET_OWNERS,), "Job": (JOBS,)}  # what _owners_of lists to find a pod's owner

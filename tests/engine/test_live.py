@@ -7,7 +7,6 @@ objects made beforehand with kubectl: by `adoptExisting` and by the upgrades gui
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -20,6 +19,7 @@ import pytest
 import yaml
 
 from proxy_component.render.kyverno import POLICY_NAME
+from tests.kwok_cluster import kwok_cluster
 
 from .conftest import LAYOUT_DEFAULT_PROVIDER, ROOT, Project, changes, old_layout
 
@@ -92,14 +92,8 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    workdir = tmp_path_factory.mktemp("cluster")
-    env = {**os.environ, "PROXY_COMPONENT_CLUSTER": f"pc-engine-{os.getpid()}", "KWOK_WORKDIR": str(workdir / "kwok")}
-    up = subprocess.run(["bash", str(ROOT / "scripts/cluster"), "up", str(NODES)], capture_output=True, text=True,
-                        env=env, timeout=3000)  # fmt: skip
-    if up.returncode != 0:
-        pytest.fail(f"scripts/cluster up failed: {up.stderr}")
-    try:
-        live = Cluster(Path(up.stdout.strip().splitlines()[-1]))
+    with kwok_cluster(tmp_path_factory.mktemp("cluster"), "pc-engine", NODES) as kubeconfig:
+        live = Cluster(kubeconfig)
         for _ in range(60):
             if len(live.get("nodes")["items"]) == NODES:
                 break
@@ -114,8 +108,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             pytest.fail("the ClusterPolicy CRD was not established in 60 s")
         live.kubectl("create", "namespace", "team-a")
         yield live
-    finally:
-        subprocess.run(["bash", str(ROOT / "scripts/cluster"), "down"], env=env, capture_output=True, timeout=300)
 
 
 @pytest.fixture(autouse=True)
