@@ -10,6 +10,7 @@ did with the role `access.rbac_objects` renders for it.
 from __future__ import annotations
 
 import gc
+import inspect
 import json
 import os
 import queue
@@ -232,7 +233,7 @@ class Cluster:
     def _call(self, access: Access, **kwargs: Any) -> Any:
         method = getattr(self.clients[access.api.client], access.api.method)
         self._count(access)
-        if access.api.metadata_only:
+        if access.api.metadata_only and _takes_headers(method):  # before kubernetes 36: the whole objects
             kwargs["_headers"] = {"Accept": METADATA_ONLY}
         if access.name is not None:
             if access.namespace is None:  # a cluster-scoped object by name (the proxy's Namespace)
@@ -452,6 +453,14 @@ def _continue(raw: bytes) -> str | None:
         return str(token) if token else None
     found = _CONTINUE.search(head.group(1))
     return found.group(1).decode() if found else None
+
+
+def _takes_headers(method: Any) -> bool:
+    """Whether a client method takes `_headers` (the `kubernetes` client from version 36 on)."""
+    try:
+        return "_headers" in inspect.signature(method).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _parse(raw: bytes) -> Obj:

@@ -338,3 +338,22 @@ def test_a_pods_deployment_is_read_from_the_replicasets_metadata_alone(cluster: 
     assert "spec" in whole
     assert _Handler.accepts == [METADATA_ONLY, "application/json"]
     assert cluster.accessed == {Access(REPLICA_SET_OWNERS, "apps"), Access(REPLICA_SETS, "apps")}
+
+
+def test_a_client_without_headers_reads_the_whole_replicasets(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before version 36 the `kubernetes` client's methods take no `_headers` (they refuse an unknown keyword):
+    the ReplicaSets are then listed whole, which holds the same metadata."""
+    apps = cluster.clients["apps"]
+    whole = apps.list_namespaced_replica_set
+
+    def older(namespace: str, **kwargs: Any) -> Any:  # as kubernetes 35's generated methods check their keywords
+        if "_headers" in kwargs:
+            raise TypeError("Got an unexpected keyword argument '_headers' to method list_namespaced_replica_set")
+        return whole(namespace, **kwargs)
+
+    monkeypatch.setattr(apps, "list_namespaced_replica_set", older)
+    (item,) = list(cluster.list_json(Access(REPLICA_SET_OWNERS, "apps")))
+    assert item["metadata"]["ownerReferences"] == [{"kind": "Deployment", "name": "web", "controller": True}]
+    assert _Handler.accepts == ["application/json"]
