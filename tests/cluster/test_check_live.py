@@ -32,7 +32,7 @@ import yaml
 
 from proxy_component.live.access import CHECK_NAME, accesses
 from proxy_component.live.check import check_cluster
-from proxy_component.live.cluster import REPLICA_SETS, SERVICES, Access, connect
+from proxy_component.live.cluster import REPLICA_SET_OWNERS, SERVICES, Access, connect
 from proxy_component.probe import probe_pod
 from proxy_component.render import plain_values
 from proxy_component.render.env import pod_env
@@ -268,7 +268,7 @@ def test_check_makes_only_the_requests_the_role_grants(live: Live) -> None:
     # Every grant but the `kubernetes` Service, which is read only where ServiceCIDRs cannot be (next test), and the
     # ReplicaSets, read only in a namespace where a pod is stale (live/stale.py; the Jobs are listed as workloads).
     unread = {Access(SERVICES, "default", "kubernetes")}
-    unread |= {a for a in accesses(settings) if a.api == REPLICA_SETS}
+    unread |= {a for a in accesses(settings) if a.api == REPLICA_SET_OWNERS}
     assert unread - {Access(SERVICES, "default", "kubernetes")}, "the role grants them"
     assert cluster.accessed == set(accesses(settings)) - unread
 
