@@ -590,8 +590,12 @@ def _interrupt(signum: int, frame: Any) -> None:
 def _interruptible() -> dict[int, Any]:
     """SIGINT and SIGTERM raise KeyboardInterrupt from here on; the handlers they had, for `_restore`. SIGINT too:
     a shell starts a background job (`cmd &` in a script) with SIGINT ignored, and Python then leaves it ignored,
-    so `kill -INT` would not stop a rollout or delete the probe pods."""
-    return {signum: signal.signal(signum, _interrupt) for signum in (signal.SIGINT, signal.SIGTERM)}
+    so `kill -INT` would not stop a rollout or delete the probe pods. Both are also unblocked, in case the
+    process inherited a signal mask that blocks them (a blocked signal stays pending, never delivered)."""
+    signals = (signal.SIGINT, signal.SIGTERM)
+    previous: dict[int, Any] = {signum: signal.signal(signum, _interrupt) for signum in signals}
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, signals)
+    return previous
 
 
 def _restore(previous: dict[int, Any]) -> None:

@@ -61,6 +61,19 @@ CHANGED = {**SETTINGS, "proxy": {**SETTINGS["proxy"], "noProxy": ["registry.corp
 Obj = dict[str, Any]
 
 
+def _signal_state(pid: int) -> str:
+    """Each thread's blocked, ignored and caught signals and what is pending (/proc), as the kernel saw them."""
+    lines = []
+    for status in sorted(Path(f"/proc/{pid}/task").glob("*/status")):
+        try:
+            fields = dict(line.split(":\t", 1) for line in status.read_text().splitlines() if ":\t" in line)
+        except OSError:
+            continue
+        lines.append(" ".join(f"{k}={fields.get(k, '?').strip()}" for k in ("Name", "SigPnd", "ShdPnd", "SigBlk",
+                                                                            "SigIgn", "SigCgt")))  # fmt: skip
+    return "; ".join(lines)
+
+
 class Live:
     def __init__(self, kubeconfig: Path, workdir: Path) -> None:
         self.kubeconfig = kubeconfig
@@ -193,6 +206,7 @@ def test_a_change_by_reference_updates_proxy_config_alone_then_rollout_finishes_
             assert time.monotonic() < deadline, "timed out waiting: the SLOW owner's restart"
             time.sleep(0.05)
         proc.send_signal(signal.SIGINT)
+        signals = _signal_state(proc.pid)  # for the failure message, should the signal not stop it
         out = proc.stdout.read() if proc.stdout else ""
         proc.wait(timeout=60)
         reader.join(timeout=60)
@@ -200,7 +214,7 @@ def test_a_change_by_reference_updates_proxy_config_alone_then_rollout_finishes_
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130, out + err
+    assert proc.returncode == 130, f"{out}{err}\nright after SIGINT: {signals}"
     stopped = re.search(r"interrupted: (\d+) restarted, (\d+) in progress; run again to continue\n$", err)
     assert stopped, err
     assert int(stopped.group(2)) >= 1, f"interrupted mid-wave: {err}"

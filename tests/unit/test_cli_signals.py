@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -55,6 +55,12 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def _block_both() -> None:
+    """A signal mask that blocks them, inherited across exec (a blocked signal stays pending, never delivered)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
+@pytest.mark.parametrize("started", [_ignore_sigint, _block_both], ids=["sigint-ignored", "both-blocked"])
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 @pytest.mark.parametrize(
     ("command", "said"),
@@ -64,8 +70,13 @@ def _ignore_sigint() -> None:
     ],
     ids=["check", "rollout"],
 )
-def test_a_signal_stops_a_command_started_with_sigint_ignored(
-    silent_server: tuple[int, list[socket.socket]], tmp_path: Path, signum: int, command: list[str], said: str
+def test_a_signal_stops_a_command_started_with_sigint_ignored_or_blocked(
+    silent_server: tuple[int, list[socket.socket]],
+    tmp_path: Path,
+    signum: int,
+    command: list[str],
+    said: str,
+    started: Callable[[], None],
 ) -> None:
     port, accepted = silent_server
     kubeconfig = tmp_path / "kubeconfig"
@@ -79,7 +90,7 @@ def test_a_signal_stops_a_command_started_with_sigint_ignored(
     proc = subprocess.Popen(
         [sys.executable, "-m", "proxy_component.cli", command[0], str(config), "--kubeconfig", str(kubeconfig),
          *command[1:]],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, preexec_fn=_ignore_sigint,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, preexec_fn=started,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 60
