@@ -13,6 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
+import pydantic_core
 import pytest
 from kubernetes import client
 
@@ -264,7 +265,7 @@ def test_the_garbage_collector_is_paused_only_while_a_response_is_parsed(
     """A page's parse allocates some 100,000 dicts and lists; collections triggered meanwhile rescan everything
     alive (three times the parse at 5,000 pods). Paused for the parse, restored after, an error included."""
     seen: list[bool] = []
-    parse = cluster_module.from_json
+    parse = pydantic_core.from_json
 
     def loads(data: bytes, **options: Any) -> Any:
         seen.append(gc.isenabled())
