@@ -266,7 +266,7 @@ def wide_node_range(cidr: str, addresses: Sequence[str]) -> tuple[Net, int] | No
     if not inside:
         return None
     span = net.max_prefixlen - (inside[0] ^ inside[-1]).bit_length()
-    first = ipaddress.ip_address(inside[0]) if net.version == 4 else ipaddress.IPv6Address(inside[0])
+    first = type(net.network_address)(inside[0])
     needed = ipaddress.ip_network(f"{first}/{min(span, NODE_SUBNET[net.version])}", strict=False)
     return (needed, len(inside)) if net.prefixlen < needed.prefixlen - WIDE_BITS else None
 

@@ -238,7 +238,8 @@ def judged_namespaces(settings: Settings, namespaces: Sequence[str] | None = Non
     judged = workload_namespaces(settings)
     if namespaces is None:
         return judged
-    return [ns for ns in judged if ns in set(namespaces)]
+    wanted = set(namespaces)
+    return [ns for ns in judged if ns in wanted]
 
 
 def stale_owners(
