@@ -72,13 +72,17 @@ def test_every_fixture_names_a_modelled_client_and_its_source() -> None:
     for doc in docs:
         assert doc["client"] in CLIENT_IDS, doc["client"]
         assert set(doc.get("also", ())) <= set(CLIENT_IDS)
-        assert doc["repository"] and doc["ref"], doc["client"]
-        assert len(doc["commit"] or "") == 40 or doc.get("copy"), f"{doc['client']}: a commit, or the copy the cases were read from"
+        assert doc["repository"], doc["client"]
+        assert doc["ref"], doc["client"]
+        assert len(doc["commit"] or "") == 40 or doc.get("copy"), (
+            f"{doc['client']}: a commit, or the copy the cases were read from"
+        )
         for raw in doc["cases"]:
             assert raw["expect"] in ("bypass", "proxy", "error"), raw
             assert ("env" in raw) != ("no_proxy" in raw), raw
             if raw.get("exception"):
-                assert raw["exception"]["why"] and raw["exception"]["evidence"], raw
+                assert raw["exception"]["why"], raw
+                assert raw["exception"]["evidence"], raw
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
