@@ -115,11 +115,13 @@ class Client:
       ``resolve`` (a name resolving to loopback does not, Ruby) or ``none``.
     - `requires`: variables that must have this value for the client to use the proxy at all.
     - `fallback_vars`: what a scheme falls back to, read the same way, when its own variables give no proxy
-      (ALL_PROXY for requests and httpx; undici's https takes its http proxy).
+      (ALL_PROXY for requests and httpx; undici's https takes its http proxy); `fallback_when` ``unset``: only
+      when none of the scheme's own variables is set, even empty (apt).
     - `cgi`: what the client does when it runs under CGI (REQUEST_METHOD set): ``error`` when the http proxy
       would be used (Go, REQUEST_METHOD non-empty), ``drop-upper`` (Python: HTTP_PROXY is not read),
       ``cgi-var`` (Ruby: http_proxy, else CGI_HTTP_PROXY) or ``none``.
     - `ignored_proxy_schemes`: proxy URLs with these schemes are dropped, as if unset (aiohttp: ``https``).
+    - `proxy_schemes`: when set, a proxy URL with another scheme, or none, is an error (apt).
     - `trailing_dot`: a trailing dot on the host and on a name entry is ignored (curl, undici 8.12).
     - `idna`: names are compared in their punycode (IDNA) form (Go).
     - `port_zero`: a URL's port 0 is the scheme's default port (proxy-from-env, undici).
@@ -146,8 +148,10 @@ class Client:
     loopback: Literal["go", "resolve", "none"] = "none"
     requires: tuple[tuple[str, str], ...] = ()
     fallback_vars: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    fallback_when: Literal["empty", "unset"] = "empty"
     cgi: Literal["error", "drop-upper", "cgi-var", "none"] = "none"
     ignored_proxy_schemes: tuple[str, ...] = ()
+    proxy_schemes: tuple[str, ...] = ()
     trailing_dot: bool = False
     idna: bool = False
     port_zero: bool = False
@@ -461,6 +465,9 @@ CLIENTS: tuple[Client, ...] = (
         "2.6",
         no_proxy_vars=("no_proxy",),
         proxy_vars=_LOWER_ONLY,
+        fallback_vars={"https": ("http_proxy",)},
+        fallback_when="unset",
+        proxy_schemes=("http", "https", "socks5h"),
         wildcard="none",
         names="raw",
         leading_dot="suffix",
@@ -677,7 +684,11 @@ def _read_proxy(c: Client, env: Mapping[str, str], names: tuple[str, ...]) -> st
 
 def _proxy_url(c: Client, env: Mapping[str, str], scheme: str) -> str:
     """The proxy `c` would use for `scheme`, or "" for none."""
-    return _read_proxy(c, env, _names(c, env, scheme)) or _read_proxy(c, env, c.fallback_vars.get(scheme, ()))
+    names = _names(c, env, scheme)
+    own = _read_proxy(c, env, names)
+    if own or (c.fallback_when == "unset" and any(n in env for n in names)):
+        return own
+    return _read_proxy(c, env, c.fallback_vars.get(scheme, ()))
 
 
 def workload_variables(c: Client | str, env: Mapping[str, str], scheme: str) -> tuple[str, ...]:
@@ -729,13 +740,24 @@ def decide(c: Client | str, env: Mapping[str, str], url: str | Target) -> Decisi
             if c.raises(entry.strip()) is not None:
                 return "error"
     if not value.strip():
-        return "proxy"
+        return _unsupported(c, env, t) or "proxy"
     if c.wildcard != "none" and value.strip() == "*":
         return "bypass"
     if c.wildcard == "entry" and any(entry.strip() == "*" for entry in entries):
         return "bypass"
     match = c.matcher or _generic
-    return "bypass" if any(match(c, entry, t) for entry in entries) else "proxy"
+    if any(match(c, entry, t) for entry in entries):
+        return "bypass"
+    return _unsupported(c, env, t) or "proxy"
+
+
+def _unsupported(c: Client, env: Mapping[str, str], t: Target) -> Decision | None:
+    """apt refuses a proxy URL whose scheme it does not speak (or that has none): 'Unsupported proxy configured'."""
+    if not c.proxy_schemes:
+        return None
+    value = _proxy_url(c, env, t.scheme).strip()
+    scheme = value.split("://", 1)[0].lower() if "://" in value else ""
+    return None if scheme in c.proxy_schemes else "error"
 
 
 def matched_entry(c: Client | str, env: Mapping[str, str], url: str | Target) -> str | None:
