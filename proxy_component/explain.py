@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .clients import CLIENTS, TRUST, Client, Decision, Target, decide, matched_entry, workload_variables
 from .noproxy import Category, Kind, NoProxy
@@ -154,9 +154,11 @@ def destinations(settings: Settings, no_proxy: NoProxy) -> list[Destination]:
 def intent(settings: Settings, no_proxy: NoProxy, url: str | Target) -> Decision:
     """What should happen: bypass for loopback, in-cluster ranges and names, and the entries; proxy otherwise.
 
-    Entries are read as meant: a host name covers its subdomains, `.x` covers `x`.
+    Entries are read as meant: a host name covers its subdomains, `.x` covers `x`, and a fully qualified name's
+    trailing dot (`kubernetes.default.svc.cluster.local.`) names the same host.
     """
     t = url if isinstance(url, Target) else Target.parse(url)
+    host = t.host.rstrip(".") if t.ip is None else t.host
     if t.host == "localhost" or (t.ip is not None and t.ip.is_loopback):
         return "bypass"
     c = settings.cluster
@@ -177,7 +179,7 @@ def intent(settings: Settings, no_proxy: NoProxy, url: str | Target) -> Decision
             network = entry.network
             if t.ip is not None and network is not None and t.ip.version == network.version and t.ip in network:
                 return "bypass"
-        elif t.host == entry.value or t.host.endswith("." + entry.value):
+        elif host == entry.value or host.endswith("." + entry.value):
             return "bypass"
     return "proxy"
 
@@ -243,6 +245,14 @@ def _why(
             f"Node workloads (annotation {settings.runtimes.annotation}: node, runtimes.namespaces or runtimes.node)"
         )
     if got == "proxy":
+        if t.ip is None and t.host.endswith(".") and decide(c, env, replace(t, host=t.host.rstrip("."))) == wanted:
+            bare = t.host.rstrip(".")
+            covering = next((e.value for e in no_proxy.entries if _entry_covers(e.value.lstrip("."), bare)), None)
+            fix = f", or add '{covering.lstrip('.')}.' to proxy.noProxy" if covering else ""
+            return (
+                f"these clients keep the trailing dot of {t.host}, which no NO_PROXY entry ends with, so they send it "
+                f"to the proxy: call in-cluster names without the trailing dot{fix}"
+            )
         if t.ip is None and not any(
             _entry_covers(e.value, t.host) for e in no_proxy.entries if e.kind in (Kind.HOST, Kind.SUFFIX)
         ):

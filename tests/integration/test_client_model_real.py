@@ -159,6 +159,15 @@ _SUITE_FIXES: list[tuple[dict[str, str], list[str], list[str]]] = [
         ["curl", "node-undici", "python-requests"],
     ),
     ({"http_proxy": _P, "no_proxy": "example.com."}, ["http://www.example.com/"], ["curl", "node-undici"]),
+    # A fully qualified in-cluster name with its root dot, without and with the dotted entries (explain's advice).
+    *(
+        (
+            {"http_proxy": _P, "HTTP_PROXY": _P, "no_proxy": v, "NO_PROXY": v, "NODE_USE_ENV_PROXY": "1"},
+            ["http://kubernetes.default.svc.cluster.local./"],
+            list(REAL_CLIENTS),
+        )
+        for v in ("cluster.local", "cluster.local,.cluster.local,cluster.local.,.cluster.local.")
+    ),
 ]
 
 

@@ -406,3 +406,29 @@ def test_explain_refuses_an_env_argument_without_a_value(capsys: pytest.CaptureF
     captured = capsys.readouterr()
     assert captured.out == ""
     assert "--env: 'ALL_PROXY' is not NAME=VALUE (expected e.g. ALL_PROXY=http://proxy.corp:3128)" in captured.err
+
+
+def test_explain_reads_a_trailing_dot_name_as_in_cluster_and_says_what_it_needs(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """`x.cluster.local.` is the same host as `x.cluster.local`: intended direct. curl and undici 8 bypass it; the
+    others keep the dot and proxy it (the real clients agree: test_client_model_real), and the note says what to do.
+    With the dotted entry in noProxy only npm still misses it."""
+    example = str(ROOT / "examples/corporate-proxy/proxy.yaml")
+    url = "http://kubernetes.default.svc.cluster.local./"
+    assert main(["explain", example, "--json", "--runtimes", "node,python,java", "--url", url]) == 0
+    cells = {c["client"]: c for c in json.loads(capsys.readouterr().out)}
+    assert {c["intended"] for c in cells.values()} == {"bypass"}
+    assert {k for k, c in cells.items() if c["decision"] == "bypass"} == {"curl", "git", "node-undici"}
+    assert {c["warning"] for c in cells.values() if c["decision"] == "proxy"} == {
+        f"these clients keep the trailing dot of {url[7:-1]}, which no NO_PROXY entry ends with, so they send it to "
+        "the proxy: call in-cluster names without the trailing dot, or add 'cluster.local.' to proxy.noProxy"
+    }
+    config = tmp_path / "dotted.yaml"
+    config.write_text((ROOT / "examples/corporate-proxy/proxy.yaml").read_text())
+    settings = yaml.safe_load(config.read_text())
+    settings.setdefault("proxy", {}).setdefault("noProxy", []).append("cluster.local.")
+    config.write_text(yaml.safe_dump(settings))
+    assert main(["explain", str(config), "--json", "--runtimes", "node,python,java", "--url", url]) == 0
+    cells = {c["client"]: c for c in json.loads(capsys.readouterr().out)}
+    assert {k for k, c in cells.items() if c["decision"] != "bypass"} == {"npm"}
