@@ -10,8 +10,10 @@ clients whose rules are not a combination of those (requests, httpx, Ruby,
 npm, Java) name a small matcher instead. Adding a client adds a row.
 
 The rows record what the real clients did (tests/integration/test_client_model_real.py
-runs them all against this model; docs/client-probe.md has the probe); the
-sources are named in shared/reference/no-proxy-clients.md. This module is pure.
+runs them all against this model; docs/client-probe.md has the probe) and what
+each client's own test suite expects (tests/fixtures/client_suites, run by
+tests/unit/test_client_suites.py); the sources are named in
+shared/reference/no-proxy-clients.md. This module is pure.
 """
 
 from __future__ import annotations
