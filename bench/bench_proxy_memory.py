@@ -43,8 +43,9 @@ HEADER_BYTES = 60 * 1024
 
 def _unpack_image(dest: Path) -> Path:
     archive = Path(
-        subprocess.run(["bash", str(ROOT / "scripts/image"), "amd64"], check=True, capture_output=True, text=True)
-        .stdout.splitlines()[-1]
+        subprocess.run(
+            ["bash", str(ROOT / "scripts/image"), "amd64"], check=True, capture_output=True, text=True
+        ).stdout.splitlines()[-1]
     )
     layout = dest / "layout"
     layout.mkdir()
@@ -92,8 +93,10 @@ class Cgroup:
     def __init__(self, name: str) -> None:
         v1 = Path("/sys/fs/cgroup/memory")
         self.v2 = not v1.is_dir()
-        base = Path("/sys/fs/cgroup/unified") if self.v2 and Path("/sys/fs/cgroup/unified").is_dir() else (
-            Path("/sys/fs/cgroup") if self.v2 else v1
+        base = (
+            Path("/sys/fs/cgroup/unified")
+            if self.v2 and Path("/sys/fs/cgroup/unified").is_dir()
+            else (Path("/sys/fs/cgroup") if self.v2 else v1)
         )
         self.path = base / name
         self.path.mkdir()
@@ -159,13 +162,21 @@ def measure(root: Path, counts: list[int]) -> list[dict[str, object]]:
     conf = root / "etc/tinyproxy/tinyproxy.conf"
     conf.write_text(
         f"Port {port}\nListen 127.0.0.1\nTimeout 600\nMaxClients {MAX_CLIENTS}\nLogLevel Warning\n"
-        f"Allow 127.0.0.1\nConnectPort {origin.port}\nStatHost \"tinyproxy.stats\"\n"
+        f'Allow 127.0.0.1\nConnectPort {origin.port}\nStatHost "tinyproxy.stats"\n'
     )
     rows: list[dict[str, object]] = []
     for kind in ("idle", "headers", "tunnel", "transfer"):
         cgroup = Cgroup(f"proxy-bench-{os.getpid()}-{kind}")
         proc = subprocess.Popen(
-            ["chroot", f"--userspec={USER}:{USER}", str(root), "/usr/bin/tinyproxy", "-d", "-c", "/etc/tinyproxy/tinyproxy.conf"],
+            [
+                "chroot",
+                f"--userspec={USER}:{USER}",
+                str(root),
+                "/usr/bin/tinyproxy",
+                "-d",
+                "-c",
+                "/etc/tinyproxy/tinyproxy.conf",
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )

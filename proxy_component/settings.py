@@ -575,6 +575,10 @@ def _quantities(cpu: str, memory: str) -> dict[ResourceName, str]:
     return {"cpu": cpu, "memory": memory}
 
 
+def _quantities_cpu(cpu: str) -> dict[ResourceName, str]:
+    return {"cpu": cpu}
+
+
 def _quantity_text(value: Any) -> Any:
     """A number is a quantity too, as Kubernetes reads `cpu: 1` (e.g. from `pulumi config set --path`)."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -590,7 +594,17 @@ Quantity = Annotated[str, BeforeValidator(_quantity_text)]
 # headers, 143 KiB a transfer whose client stops reading (relay buffers and socket buffers full): the worst case.
 PROXY_BASE_MEMORY_KIB = 4 * 1024
 PROXY_MEMORY_PER_CONNECTION_KIB = 144
-_QUANTITY_UNITS = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+_QUANTITY_UNITS = {
+    "": 1,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+}
 
 
 def proxy_memory_needed(max_clients: int) -> int:
@@ -620,7 +634,7 @@ class Resources(_Model):
     The proxy's memory limit defaults to what `deployment.maxClients` connections need (192Mi for 1024)."""
 
     requests: dict[ResourceName, Quantity] = Field(default_factory=lambda: _quantities("10m", "32Mi"))
-    limits: dict[ResourceName, Quantity] = Field(default_factory=lambda: {"cpu": "500m"})
+    limits: dict[ResourceName, Quantity] = Field(default_factory=lambda: _quantities_cpu("500m"))
 
     @field_validator("requests", "limits")
     @classmethod

@@ -25,7 +25,9 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def document(version: str, commit: str, arch: str, epoch: int, binary: Path, source: Path, patches: list[Path]) -> dict[str, object]:
+def document(
+    version: str, commit: str, arch: str, epoch: int, binary: Path, source: Path, patches: list[Path]
+) -> dict[str, object]:
     binary_sha = _sha256(binary)
     created = datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     patch_list = "; ".join(f"{p.name} (sha256 {_sha256(p)})" for p in patches) or "none"

@@ -223,7 +223,9 @@ def _client_limits(settings: Settings) -> list[str]:
         f'    {port} iif "lo" accept',
     ]
     if per_client:
-        lines.append(f"    # At most {per_client} open connections per source address (firewall.maxConnectionsPerClient).")
+        lines.append(
+            f"    # At most {per_client} open connections per source address (firewall.maxConnectionsPerClient)."
+        )
         lines += [
             f"    {new} meter clients{v} size 65535 {{ {kw} saddr ct count over {per_client} }} {reject}"
             for v, kw in ((4, "ip"), (6, "ip6"))

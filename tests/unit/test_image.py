@@ -98,7 +98,7 @@ def test_scripts_image_builds_the_reference_the_settings_default_to(arch: str) -
 def test_the_tag_names_upstreams_commit_and_the_archive_is_the_pinned_one() -> None:
     """The version (and so the tag) names upstream's commit; the shared archive of that commit has the pinned
     digest, and it is the one tinyproxy-sources' README lists for that commit."""
-    assert TINYPROXY_VERSION == f"1.11.3-git-{TINYPROXY_COMMIT[:7]}-pc1"
+    assert f"1.11.3-git-{TINYPROXY_COMMIT[:7]}-pc1" == TINYPROXY_VERSION
     assert DEFAULT_IMAGE.endswith(f":{tag_for(TINYPROXY_VERSION)}")
     sources = ROOT.parent / "shared" / "tinyproxy-sources"
     assert hashlib.sha256((sources / TINYPROXY_ARCHIVE).read_bytes()).hexdigest() == TINYPROXY_SHA256

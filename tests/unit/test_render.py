@@ -215,7 +215,9 @@ def test_the_memory_limit_follows_max_clients_unless_set() -> None:
     """144 KiB a connection at worst (bench/bench_proxy_memory.py), 4 MiB besides, a quarter more, in 32 MiB steps."""
     assert parse_settings({"cluster": CLUSTER}).deployment.limits == {"cpu": "500m", "memory": "192Mi"}
     assert parse_settings({"cluster": CLUSTER, "deployment": {"maxClients": 256}}).deployment.limits["memory"] == "64Mi"
-    assert parse_settings({"cluster": CLUSTER, "deployment": {"maxClients": 4096}}).deployment.limits["memory"] == "736Mi"
+    assert (
+        parse_settings({"cluster": CLUSTER, "deployment": {"maxClients": 4096}}).deployment.limits["memory"] == "736Mi"
+    )
     own = parse_settings({"cluster": CLUSTER, "deployment": {"resources": {"limits": {"memory": "1Gi"}}}})
     assert own.deployment.limits == {"memory": "1Gi"}
     container = daemonset(parse_settings({"cluster": CLUSTER}), "d")["spec"]["template"]["spec"]["containers"][0]
