@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from proxy_component.render.proxy import firewall_command, firewall_rules
-from proxy_component.settings import parse_settings
+from proxy_component.settings import Settings, parse_settings
 from tests.image.test_build import IMAGE_PATH, Built, _scripts_image, _unpack
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,7 +36,7 @@ MEMORY_LIMIT = 128 * 2**20  # the DaemonSet's limit before this change, under wh
 RESULTS: dict[str, dict[str, str]] = {}
 
 
-def _settings() -> object:
+def _settings() -> Settings:
     cluster = {"name": "t", "podCidrs": ["10.99.0.0/24"], "serviceCidrs": ["10.96.0.0/12"]}
     return parse_settings({"cluster": cluster, "deployment": {"connectPorts": [443]}})
 
@@ -116,9 +116,10 @@ class Proxy:
     def alive(self) -> bool:
         return self.process.poll() is None
 
-    def exec(self, *command: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["ip", "netns", "exec", self.netns, *command], capture_output=True, text=True,
-                              timeout=120, **kwargs)  # type: ignore[call-overload]  # fmt: skip
+    def exec(self, *command: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["ip", "netns", "exec", self.netns, *command], capture_output=True, text=True, timeout=120
+        )
 
     def memory_peak(self) -> int:
         return int((self.cgroup / "memory.max_usage_in_bytes").read_text())
