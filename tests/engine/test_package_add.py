@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from proxy_component._release import bump, engine_pins, project_version
+from proxy_component._release import bump, canonical_name, engine_pins, plugin_pins, project_version
 
 from .conftest import ROOT, Project, build_engine
 from .git_server import GIT_HOST, GitServer, cli_wrapper, serve_git
@@ -130,19 +130,20 @@ def _venv_versions(plugin: Path) -> dict[str, str]:
     return {p["name"].lower().replace("_", "-"): p["version"] for p in json.loads(listing.stdout)}
 
 
-def _assert_pinned_tagged_plugin(plugin: Path) -> None:
-    """The plugin's venv holds exactly the pinned versions, and the package in it is the tag's files (copied into
-    the venv, not an editable link to a checkout)."""
+def _assert_pinned_tagged_plugin(plugin: Path, version: str = RELEASED, port: int = TAGGED_PORT) -> None:
+    """The plugin's venv holds exactly the pinned versions, every package it installed pinned (certifi and
+    cryptography too), and the package in it is the tag's files (copied into the venv, not an editable link to a
+    checkout)."""
     versions = _venv_versions(plugin)
-    pins = {name: version for name, version in engine_pins(ROOT)}
-    assert {name: versions[name] for name in ("proxy-component", *pins)} == {"proxy-component": RELEASED, **pins}
-    assert project_version(ROOT) != RELEASED  # neither the checkout's version nor the later commit's
+    pins = {canonical_name(name): pin for name, pin in [*engine_pins(ROOT), *plugin_pins(ROOT)]}
+    assert versions == {"proxy-component": version, **pins}, "a package the plugin installs is unpinned or off its pin"
+    assert project_version(ROOT) != version  # neither the checkout's version nor the later commit's
     installed = subprocess.run(
         [str(plugin / "venv/bin/python"), "-c", "import proxy_component.settings as s; print(s.__file__)"],
         capture_output=True, text=True, check=True, timeout=120, cwd=plugin.parent.parent,
     ).stdout.strip()  # fmt: skip
     assert installed.startswith(str(plugin / "venv")), installed
-    assert PORT_LINE.format(TAGGED_PORT) in Path(installed).read_text()
+    assert PORT_LINE.format(port) in Path(installed).read_text()
 
 
 def test_package_add_from_the_tag_then_the_typescript_example_runs_up_with_the_tagged_code(
