@@ -275,6 +275,22 @@ def test_the_install_guide_shows_the_requirements_a_release_of_this_version_inst
     assert f"provider@v{released}" in guide
 
 
+def test_the_install_guide_says_how_to_pin_a_commit_before_a_release() -> None:
+    """The commit forms for pip and for `pulumi package add`, with a full hash, and the engine tests that run them
+    as the tag's form is run (tests/engine/test_package_add.py)."""
+    guide = (ROOT / "docs/guides/install.md").read_text()
+    section = guide[guide.index("## Pinning a commit (before a release)") :]
+    (commit,) = set(re.findall(r"@([0-9a-f]+)\b", section))
+    assert len(commit) == 40, commit
+    assert f"pip install 'proxy-component @ git+https://github.com/proxy-component/proxy-component@{commit}'" in section
+    assert f"pulumi package add github.com/proxy-component/proxy-component/provider@{commit}" in section
+    engine = (ROOT / "tests/engine/test_package_add.py").read_text()
+    named = re.findall(r"test_package_add\.py::(\w+)", section)
+    assert named
+    for test in [*named, "test_pip_installs_the_package_from_a_commit"]:
+        assert f"def {test}(" in engine, test
+
+
 @pytest.mark.parametrize(
     "path", ["provider/venv/bin/python", "provider/__pycache__/x.pyc", "dist/x.whl", "build/lib/x.py", "x.egg-info/y"]
 )
