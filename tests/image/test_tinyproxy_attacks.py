@@ -334,16 +334,21 @@ def _record(case: str, flavour: str, what: str) -> None:
 
 
 def test_cve_2025_63938_connect_ports_overflow_to_443(each: Proxy) -> None:
-    """Both binaries end at port 443, a ConnectPort: 1.11.2 by the overflow, upstream's fix (3c0fde9) by taking an
-    out-of-range port as the default one. Neither reaches a port outside ConnectPort; upstream's fix does not refuse
-    the request, so this reproducer shows no difference in this configuration (recorded, not hidden)."""
+    """1.11.2 reads :65979 and :4294967739 as 443 (an integer overflow) and opens a tunnel there. Upstream's fix
+    (3c0fde9) would take them as the default port, 443 again; the image's patch 0003 refuses them (400) and connects
+    nowhere."""
     for request in PORT_OVERFLOW:
-        answer, _origin = exchange(each, request)
+        answer, origin = exchange(each, request)
         port = request.split(b" ")[1].decode()
-        _record(f"CVE-2025-63938 CONNECT {port}", each.flavour,
-                f"{status(answer)!r}: a tunnel to port 443 (ConnectPort), as CONNECT :443 gives")  # fmt: skip
-        assert status(answer) == "HTTP/1.1 200 Connection established", answer
-        assert answer.split("\r\n\r\n", 1)[1].startswith("HTTP/1.1 200 OK"), answer  # the origin on 443 answered
+        tunnel = answer.split("\r\n\r\n", 1)[-1].startswith("HTTP/1.1 200 OK")  # the origin on 443 answered
+        _record(f"CVE-2025-63938 CONNECT {port}", each.flavour, f"{status(answer)!r}, tunnel to 443: {tunnel}")
+        if each.flavour == "1.11.2":
+            assert status(answer) == "HTTP/1.1 200 Connection established", answer
+            assert tunnel, answer
+        else:
+            assert status(answer) == "HTTP/1.1 400 Bad Request", answer
+            assert not tunnel, answer
+            assert origin == [], origin
 
 
 FLOOD = """
