@@ -33,7 +33,16 @@ from ..render.env import (
 from ..render.proxy import APP_LABEL, CONTROL_PLANE_LABEL, NO_DAEMONSET_LABELS
 from ..render.runtimes import python_no_proxy
 from ..render.trust import BUNDLE_NAME, trust_bundle_object, trust_namespaces
-from ..settings import RUNTIMES, NodeSelectorRequirement, Runtime, Settings, image_is_mutable
+from ..settings import (
+    RUNTIMES,
+    NodeSelectorRequirement,
+    Runtime,
+    Settings,
+    default_proxy_memory_limit,
+    image_is_mutable,
+    proxy_memory_needed,
+    quantity_bytes,
+)
 from .access import KUBERNETES_SERVICE, workload_apis, workload_namespaces
 from .cluster import (
     CONFIG_MAPS,
@@ -172,6 +181,7 @@ def _findings(settings: Settings, cluster: Cluster) -> list[Finding]:
     first = [
         *_nodes(settings, nodes, no_proxy),
         *_node_ranges(settings, nodes),
+        *proxy_limits(settings),
         *_service_range(cluster, no_proxy),
         *_proxy(settings, cluster, nodes),
         *_proxy_configs(settings, cluster),
@@ -269,6 +279,42 @@ def wide_node_range(cidr: str, addresses: Sequence[str]) -> tuple[Net, int] | No
     first = type(net.network_address)(inside[0])
     needed = ipaddress.ip_network(f"{first}/{min(span, NODE_SUBNET[net.version])}", strict=False)
     return (needed, len(inside)) if net.prefixlen < needed.prefixlen - WIDE_BITS else None
+
+
+def proxy_limits(settings: Settings) -> Iterator[Finding]:
+    """What lets one pod take its node's proxy: a per-client limit turned off, or a memory limit below what
+    maxClients connections need at their worst (docs/guides/security.md)."""
+    d = settings.deployment
+    if not d.enabled:
+        return
+    name = f"DaemonSet {d.namespace}/{d.service_name}"
+    fw = d.firewall
+    off = [] if fw.enabled else ["deployment.firewall.enabled: false"]
+    if fw.enabled:
+        off += [
+            f"deployment.firewall.{key}: 0"
+            for key, value in (
+                ("maxConnectionsPerClient", fw.max_connections_per_client),
+                ("newConnectionsPerClientPerSecond", fw.new_connections_per_client_per_second),
+            )
+            if value == 0
+        ]
+    if off:
+        yield Finding(
+            "proxy-client-limits-off", name, "warning",
+            f"{' and '.join(off)}: one pod can hold every one of the proxy's {d.max_clients} connections, and the "
+            "node's other pods (and the kubelet's probes) get none (set the limits: defaults 64 and 100)",
+        )  # fmt: skip
+    memory = d.limits.get("memory")
+    needed = proxy_memory_needed(d.max_clients)
+    if memory is not None and quantity_bytes(memory) < needed:
+        yield Finding(
+            "proxy-memory-below-max-clients", name, "warning",
+            f"deployment.resources.limits.memory {memory!r} is below the {needed / 2**20:.0f} MiB that "
+            f"deployment.maxClients {d.max_clients} connections need at their worst: clients within maxClients can "
+            f"get the proxy OOM-killed (remove the memory limit for the default, "
+            f"{default_proxy_memory_limit(d.max_clients)}, or lower maxClients)",
+        )  # fmt: skip
 
 
 def _node_ranges(settings: Settings, nodes: list[Any]) -> Iterator[Finding]:
