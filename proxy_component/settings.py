@@ -1458,6 +1458,11 @@ class Settings(_Model):
         raw += _network_ranges(network, ("pod_cidrs", "service_cidrs", "node_cidrs"), _cidr)
         return [str(n) for n in _collapsed(raw)]
 
+    def service_ranges(self, network: NetworkValues | None = None) -> list[str]:
+        """The service ranges, the settings' and `network`'s, collapsed, IPv4 first."""
+        raw = [*self.cluster.service_cidrs, *_network_ranges(network, ("service_cidrs",), _cidr)]
+        return [str(n) for n in _collapsed(raw)]
+
     def has_static_sources(self) -> bool:
         c, d = self.cluster, self.deployment
         return bool(c.pod_cidrs or c.node_cidrs or d.allowed_source_cidrs)

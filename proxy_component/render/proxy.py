@@ -47,6 +47,7 @@ FIREWALL_KEY = "nftables.conf"
 FIREWALL_TABLE = "proxy-component"
 FIREWALL_CHAIN = "tinyproxy-egress"
 CLIENTS_CHAIN = "tinyproxy-clients"
+LIMITS_CHAIN = "tinyproxy-client-limits"
 CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
 
 
@@ -195,7 +196,7 @@ def firewall_rules(settings: Settings, network: NetworkValues | None = None) -> 
     refuse(
         "The cluster's pod, service and node ranges: pods call those directly.", settings.cluster_destinations(network)
     )
-    lines += ["  }", *_client_limits(settings), "}"]
+    lines += ["  }", *_client_limits(settings, network), "}"]
     return "\n".join(lines) + "\n"
 
 
@@ -205,30 +206,46 @@ def loopback_reserve(max_clients: int) -> int:
     return min(32, max_clients // 8)
 
 
-def _client_limits(settings: Settings) -> list[str]:
-    """The `tinyproxy-clients` chain: each source address's share of tinyproxy's port, judged by the kernel before
-    tinyproxy accepts (a TCP reset, never a hung connection). Meters, not declared sets: nft 1.0.6 (a node's
-    kube-proxy may run it) crashes listing a declared set that a newer nft made, and lists a meter's fine."""
+def _client_limits(settings: Settings, network: NetworkValues | None) -> list[str]:
+    """Each source address's share of tinyproxy's port, judged by the kernel before tinyproxy accepts, answered with
+    a TCP reset (never a hung connection).
+
+    The `tinyproxy-clients` chain sees a connection in prerouting, before kube-proxy's DNAT (priority -150, after
+    conntrack): to the node's own addresses, or to the service ranges (the `http-proxy` Service's ClusterIP) on the
+    proxy's port. After the DNAT a reset would come from the node's address, which a pod that dialled the ClusterIP
+    ignores, and its connect would hang until it gave up. Other Services on the same port in the service ranges
+    share the count. The limits themselves are a chain of their own that both rules `goto` (never `jump`: with a
+    jump and a second rule after it, a connection was counted twice, so a client held half its share; measured in a
+    network namespace with the kernel here, and tested by the image lane's connection flood). Meters, not declared
+    sets: nft 1.0.6 (a node's kube-proxy may run it) crashes listing a declared set that a newer nft made, and lists
+    a meter's fine."""
     d = settings.deployment
     port = f"tcp dport {d.port}"
-    new = f"{port} ct state new"
+    new = "ct state new"
     reject = "counter reject with tcp reset"
     per_client = d.firewall.max_connections_per_client
     rate = d.firewall.new_connections_per_client_per_second
     reserve = loopback_reserve(d.max_clients)
+    keywords = {4: "ip", 6: "ip6"}
+    services = settings.service_ranges(network)
     lines = [
         f"  chain {CLIENTS_CHAIN} {{",
-        "    type filter hook input priority filter; policy accept;",
+        "    type filter hook prerouting priority -150; policy accept;",
         "    # The node's own processes, the kubelet's probes among them, are never limited.",
         f'    {port} iif "lo" accept',
+        "    # Connections to tinyproxy: to the node's addresses, or to its Service before kube-proxy's DNAT.",
+        f"    {port} fib daddr type local goto {LIMITS_CHAIN}",
     ]
+    for version in (4, 6):
+        nets = [c for c in services if ipaddress.ip_network(c).version == version]
+        if nets:
+            lines.append(f"    {port} {keywords[version]} daddr {{ {', '.join(nets)} }} goto {LIMITS_CHAIN}")
+    lines += ["  }", f"  chain {LIMITS_CHAIN} {{"]
     if per_client:
-        lines.append(
-            f"    # At most {per_client} open connections per source address (firewall.maxConnectionsPerClient)."
-        )
+        lines.append(f"    # At most {per_client} open connections per source address (firewall.maxConnectionsPerClient).")
         lines += [
             f"    {new} meter clients{v} size 65535 {{ {kw} saddr ct count over {per_client} }} {reject}"
-            for v, kw in ((4, "ip"), (6, "ip6"))
+            for v, kw in keywords.items()
         ]
     if rate:
         lines.append(
@@ -238,7 +255,7 @@ def _client_limits(settings: Settings) -> list[str]:
         lines += [
             f"    {new} meter rate{v} size 65535 {{ {kw} saddr limit rate over {rate}/second burst {2 * rate} packets }}"
             f" {reject}"
-            for v, kw in ((4, "ip"), (6, "ip6"))
+            for v, kw in keywords.items()
         ]
     if reserve:
         lines += [

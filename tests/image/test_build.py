@@ -373,7 +373,8 @@ def test_the_hosts_older_nft_lists_the_table_the_images_nft_loaded(amd64: Built,
         assert "meta skuid 61888 ip daddr 10.96.0.10 tcp dport 53" in listed.stdout
         assert "meta skuid 61888 ip6 daddr fd00:10::a tcp dport 53" in listed.stdout
         assert "add @clients4 { ip saddr ct count over 64 }" in listed.stdout, listed.stdout
-        assert "tcp dport 8888 ct state new ct count over 992" in listed.stdout
+        assert "ct state new ct count over 992 counter" in listed.stdout, listed.stdout
+        assert "tcp dport 8888 fib daddr type local goto tinyproxy-client-limits" in listed.stdout
     finally:
         subprocess.run(["ip", "netns", "delete", name], check=False)
 

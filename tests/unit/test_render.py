@@ -166,26 +166,35 @@ def _rules(settings: Settings, network: NetworkValues | None = None) -> list[str
     return [*lines[: lines.index("chain tinyproxy-clients {")], "}"]
 
 
-def _client_rules(settings: Settings) -> list[str]:
-    lines = [line.strip() for line in firewall_rules(settings).splitlines()]
-    chain = lines[lines.index("chain tinyproxy-clients {") :]
-    return [line for line in chain[: chain.index("}")] if line and not line.startswith("#")]
+def _client_rules(settings: Settings, network: NetworkValues | None = None) -> list[str]:
+    """Both client chains' lines, comments and blank lines left out."""
+    lines = [line.strip() for line in firewall_rules(settings, network).splitlines()]
+    chain = lines[lines.index("chain tinyproxy-clients {") : -1]
+    return [line for line in chain if line and not line.startswith("#")]
 
 
 def test_each_client_gets_a_fair_share_of_the_proxys_port_and_loopback_a_reserve() -> None:
     """Per source address: 64 open connections and 100 new ones a second (bursts of 200); others beyond maxClients
-    less loopback's reserve. Meters, never declared sets (nft 1.0.6 lists those only), and the settings change them."""
-    new = "tcp dport 8888 ct state new"
+    less loopback's reserve. Judged in prerouting, before kube-proxy's DNAT, for the node's addresses and the service
+    ranges (a reset after the DNAT would come from an address the pod never dialled). Meters, never declared sets
+    (nft 1.0.6 lists those only), and the settings change them."""
     reject = "counter reject with tcp reset"
-    assert _client_rules(parse_settings({"cluster": CLUSTER})) == [
+    cluster = {**CLUSTER, "serviceCidrs": ["10.96.0.0/12", "fd00:10:96::/108"]}
+    assert _client_rules(parse_settings({"cluster": cluster})) == [
         "chain tinyproxy-clients {",
-        "type filter hook input priority filter; policy accept;",
+        "type filter hook prerouting priority -150; policy accept;",
         'tcp dport 8888 iif "lo" accept',
-        f"{new} meter clients4 size 65535 {{ ip saddr ct count over 64 }} {reject}",
-        f"{new} meter clients6 size 65535 {{ ip6 saddr ct count over 64 }} {reject}",
-        f"{new} meter rate4 size 65535 {{ ip saddr limit rate over 100/second burst 200 packets }} {reject}",
-        f"{new} meter rate6 size 65535 {{ ip6 saddr limit rate over 100/second burst 200 packets }} {reject}",
-        f"{new} ct count over 992 {reject}",
+        "tcp dport 8888 fib daddr type local goto tinyproxy-client-limits",
+        "tcp dport 8888 ip daddr { 10.96.0.0/12 } goto tinyproxy-client-limits",
+        "tcp dport 8888 ip6 daddr { fd00:10:96::/108 } goto tinyproxy-client-limits",
+        "}",
+        "chain tinyproxy-client-limits {",
+        f"ct state new meter clients4 size 65535 {{ ip saddr ct count over 64 }} {reject}",
+        f"ct state new meter clients6 size 65535 {{ ip6 saddr ct count over 64 }} {reject}",
+        f"ct state new meter rate4 size 65535 {{ ip saddr limit rate over 100/second burst 200 packets }} {reject}",
+        f"ct state new meter rate6 size 65535 {{ ip6 saddr limit rate over 100/second burst 200 packets }} {reject}",
+        f"ct state new ct count over 992 {reject}",
+        "}",
     ]
     changed = parse_settings(
         {
@@ -197,17 +206,23 @@ def test_each_client_gets_a_fair_share_of_the_proxys_port_and_loopback_a_reserve
             },
         }
     )
-    assert _client_rules(changed)[2:] == [
+    network = NetworkValues(origin="eks:prod", service_cidrs=["172.20.0.0/16"])
+    assert _client_rules(changed, network)[2:] == [
         'tcp dport 3129 iif "lo" accept',
-        f"tcp dport 3129 ct state new meter clients4 size 65535 {{ ip saddr ct count over 10 }} {reject}",
-        f"tcp dport 3129 ct state new meter clients6 size 65535 {{ ip6 saddr ct count over 10 }} {reject}",
-        f"tcp dport 3129 ct state new ct count over 175 {reject}",
+        "tcp dport 3129 fib daddr type local goto tinyproxy-client-limits",
+        "tcp dport 3129 ip daddr { 172.20.0.0/16 } goto tinyproxy-client-limits",
+        "}",
+        "chain tinyproxy-client-limits {",
+        f"ct state new meter clients4 size 65535 {{ ip saddr ct count over 10 }} {reject}",
+        f"ct state new meter clients6 size 65535 {{ ip6 saddr ct count over 10 }} {reject}",
+        f"ct state new ct count over 175 {reject}",
+        "}",
     ]
     off = parse_settings(
         {"cluster": CLUSTER, "deployment": {"maxClients": 7, "firewall": {"maxConnectionsPerClient": 0,
                                                                           "newConnectionsPerClientPerSecond": 0}}}
     )  # fmt: skip
-    assert _client_rules(off)[2:] == ['tcp dport 8888 iif "lo" accept']
+    assert _client_rules(off)[-2:] == ["chain tinyproxy-client-limits {", "}"]
     assert not [line for line in firewall_rules(off).splitlines() if line.strip().startswith("set ")]
 
 
