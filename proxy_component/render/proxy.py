@@ -242,7 +242,9 @@ def _client_limits(settings: Settings, network: NetworkValues | None) -> list[st
             lines.append(f"    {port} {keywords[version]} daddr {{ {', '.join(nets)} }} goto {LIMITS_CHAIN}")
     lines += ["  }", f"  chain {LIMITS_CHAIN} {{"]
     if per_client:
-        lines.append(f"    # At most {per_client} open connections per source address (firewall.maxConnectionsPerClient).")
+        lines.append(
+            f"    # At most {per_client} open connections per source address (firewall.maxConnectionsPerClient)."
+        )
         lines += [
             f"    {new} meter clients{v} size 65535 {{ {kw} saddr ct count over {per_client} }} {reject}"
             for v, kw in keywords.items()
