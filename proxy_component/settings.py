@@ -44,6 +44,7 @@ from .noproxy import (
     loopback_sources,
     parse_entry,
 )
+from .redaction import mask_url
 
 __all__ = [
     "DEFAULT_FIREWALL_IMAGE",
@@ -219,33 +220,32 @@ ListenPort = Annotated[int, Field(strict=True, ge=1024, le=65535)]
 def _proxy_url(value: str) -> str:
     """A proxy URL that every client can parse: http(s)://[user:pass@]host[:port], nothing else."""
     accepted = "expected http://host:port or https://host:port, optionally with user:password@"
+    shown = mask_url(value)  # never the value: a typo may have moved its password anywhere
     try:
         parts = urlsplit(value.strip())
     except ValueError:
-        raise ValueError(f"{redact_url(value)!r} is not a URL ({accepted})") from None
+        raise ValueError(f"{shown!r} is not a URL ({accepted})") from None
     try:
         port = parts.port
     except ValueError:
         raise ValueError(
-            f"{redact_url(value)!r} has a port that is not a number from 1 to 65535, or a password with an unencoded "
+            f"{shown!r} has a port that is not a number from 1 to 65535, or a password with an unencoded "
             f"'#', '/' or '?' (percent-encode it, e.g. %23) ({accepted})"
         ) from None
-    if parts.scheme not in ("http", "https"):
-        raise ValueError(f"{redact_url(value)!r} has scheme {parts.scheme or 'none'!r} ({accepted})")
+    if parts.scheme not in ("http", "https") or not value.strip().lower().startswith(f"{parts.scheme}://"):
+        raise ValueError(f"{shown!r} does not begin with http:// or https:// ({accepted})")
     if not parts.hostname:
-        raise ValueError(f"{redact_url(value)!r} has no host ({accepted})")
+        raise ValueError(f"{shown!r} has no host ({accepted})")
     if not _url_host_ok(parts.hostname):
         raise ValueError(
-            f"{redact_url(value)!r} has host {parts.hostname!r}, which is neither a host name nor an IP address: "
+            f"{shown!r} has a host that is neither a host name nor an IP address: "
             "the JVM would read quotes, '|' or spaces in it as more options or patterns (expected letters, digits, "
             "'-', '_' and '.', e.g. proxy.corp, or an IP address)"
         )
     if parts.path not in ("", "/") or parts.query or parts.fragment:
-        raise ValueError(
-            f"{redact_url(value)!r} has a path, query or fragment, which clients ignore or reject ({accepted})"
-        )
+        raise ValueError(f"{shown!r} has a path, query or fragment, which clients ignore or reject ({accepted})")
     if port == 0:
-        raise ValueError(f"{redact_url(value)!r} has port 0 ({accepted})")
+        raise ValueError(f"{shown!r} has port 0 ({accepted})")
     return parts._replace(path="").geturl()
 
 
@@ -262,25 +262,29 @@ def _url_host_ok(host: str) -> bool:
 
 
 def redact_url(url: str) -> str:
-    """The URL with any userinfo replaced, safe for messages and plain outputs.
+    """The URL safe for messages and plain outputs, whatever its shape: userinfo, and anything that could hold it
+    after a typo, replaced by `***` (see `redaction.mask_url`)."""
+    return mask_url(url)
 
-    Works on text urlsplit cannot parse (an unencoded '#', '/' or '?' in a
-    password): everything between '://' and the last '@' is hidden.
-    """
-    scheme, sep, rest = url.partition("://")
-    if not sep or "@" not in rest:
-        return url
-    return f"{scheme}://***@{rest.rpartition('@')[2]}"
+
+_CREDENTIAL_FIELDS = ("url", "httpproxy", "httpsproxy", "nodehttpproxy", "nodehttpsproxy", "username")
+"""The fields whose value may hold a credential (proxy URLs, a user name that may hold the password by mistake);
+`password` is never shown at all."""
 
 
 def _shown(path: str, value: Any) -> str:
     """How an invalid input appears in an error: never a password, a credentialed URL or a whole mapping."""
+    last = re.sub(r"\[\d+\]$", "", path).rpartition(".")[2].replace("_", "").lower()
     if "password" in path.lower():
         return "(hidden)"
-    if isinstance(value, str):
-        return repr(redact_url(value))
     if isinstance(value, (Mapping, list, tuple)):
         return f"(a {type(value).__name__})"
+    if last in _CREDENTIAL_FIELDS:
+        if isinstance(value, str) and last != "username":
+            return repr(mask_url(value))
+        return f"(a {type(value).__name__}, hidden)"
+    if isinstance(value, str) and ("@" in value or "://" in value):
+        return repr(mask_url(value))
     return repr(value)
 
 
@@ -407,17 +411,17 @@ class UpstreamSettings(_Model):
         parts = urlsplit(self.url)
         if parts.scheme != "http":
             raise ValueError(
-                f"proxy.upstream.url: {redact_url(self.url)!r} must use http:// (tinyproxy reaches upstreams over plain HTTP)"
+                f"proxy.upstream.url: {mask_url(self.url)!r} must use http:// (tinyproxy reaches upstreams over plain HTTP)"
             )
         if parts.hostname and ":" in parts.hostname:
             raise ValueError(
-                f"proxy.upstream.url: {redact_url(self.url)!r} has an IPv6 host, which tinyproxy 1.11's Upstream cannot "
+                f"proxy.upstream.url: {mask_url(self.url)!r} has an IPv6 host, which tinyproxy 1.11's Upstream cannot "
                 "parse (expected a host name or an IPv4 address)"
             )
         canonical = _inet_aton(parts.hostname or "")
         if canonical is not None and canonical != parts.hostname:
             raise ValueError(
-                f"proxy.upstream.url: {redact_url(self.url)!r} spells the IPv4 address {canonical} in a form only the "
+                f"proxy.upstream.url: {mask_url(self.url)!r} spells the IPv4 address {canonical} in a form only the "
                 f"C resolver reads, which the firewall's exemption for the upstream cannot match (expected {canonical})"
             )
         for i, raw in enumerate(self.no_upstream):
@@ -433,8 +437,10 @@ class UpstreamSettings(_Model):
         if self.password is not None and self.username is None:
             raise ValueError("proxy.upstream.password: a password needs proxy.upstream.username")
         if re.search(r'[:@"\s]', user):
+            where = "proxy.upstream.username:" if self.username is not None else "proxy.upstream.url: its user name"
             raise ValueError(
-                f"proxy.upstream.username: {user!r} holds ':', '@', '\"' or a space, which tinyproxy's Upstream cannot carry"
+                f"{where} holds ':', '@', '\"' or a space, which tinyproxy's Upstream cannot carry (value hidden: "
+                "it may hold the password)"
             )
         if re.search(r'[@"\s]', password):
             raise ValueError(
@@ -1331,7 +1337,7 @@ class Settings(_Model):
             host = upstream.endpoint[0].lower().rstrip(".")
             if host == "localhost" or host.endswith(".localhost"):
                 raise ValueError(
-                    f"proxy.upstream.url: {redact_url(upstream.url)!r} names the node itself, which the firewall "
+                    f"proxy.upstream.url: {mask_url(upstream.url)!r} names the node itself, which the firewall "
                     "refuses to tinyproxy unless the upstream is given by its address (expected e.g. "
                     f"http://127.0.0.1:{upstream.endpoint[1]}: the firewall then lets tinyproxy reach that address and "
                     "port, and nothing else on the node)"
@@ -1364,7 +1370,7 @@ class Settings(_Model):
             domain = self.cluster.dns_domain
             if host.endswith((".svc", f".{domain}")) or ".svc." in host:
                 raise ValueError(
-                    f"{name}: {redact_url(str(url))!r} is a cluster DNS name, which nodes (containerd, kubelet) cannot "
+                    f"{name}: {mask_url(str(url))!r} is a cluster DNS name, which nodes (containerd, kubelet) cannot "
                     "resolve (expected a proxy nodes reach directly: set proxy.nodeHttpProxy)"
                 )
         if self.capi.export_to_kubeadm and self.nodes_have_credentials:
