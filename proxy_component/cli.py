@@ -89,14 +89,19 @@ def _load(config: str | None, args: argparse.Namespace | None = None) -> Setting
 
 def _load_layered(config: str | None, args: argparse.Namespace | None = None) -> tuple[Settings, Layered | None]:
     """The settings of CONFIG, of a stack's config (--stack: both layers, and which layer gave what), or the
-    embedded example."""
+    embedded example; their warnings (each naming a field, never a value) on stderr."""
     stack = getattr(args, "stack", None)
+    layered = None
     if stack is not None:
         if config is not None:
             raise SettingsError([f"--stack {stack} and CONFIG {config}: give one of them"])
         layered = read_stack(stack, getattr(args, "cwd", None))
-        return parse_settings(layered.data), layered
-    return _load_file(config), None
+        settings = parse_settings(layered.data)
+    else:
+        settings = _load_file(config)
+    for line in settings.warnings:
+        print(f"proxy-component: warning: {line}", file=sys.stderr)
+    return settings, layered
 
 
 def _load_file(config: str | None) -> Settings:

@@ -91,6 +91,8 @@ class ClusterProxy(pulumi.ComponentResource):
         if not isinstance(args.settings, Settings):
             _refuse_outputs(args.settings)
         settings = parse_settings(args.settings)
+        for line in settings.warnings:
+            pulumi.log.warn(line, resource=self)
         network = args.network
         check_allow_sources(settings, network is not None and network.gives_allow_sources)
         self.settings: Settings = settings

@@ -449,6 +449,21 @@ class UpstreamSettings(_Model):
         return self
 
     @property
+    def warnings(self) -> list[str]:
+        """What is valid but likely a typo: a user name that may hold the password, no port. Never a value."""
+        lines = []
+        if self.username is not None:
+            lines += _user_name_warnings("proxy.upstream.username:", self.username, self.password is not None)
+        else:
+            lines += _url_warnings("proxy.upstream.url", self.url)
+        if urlsplit(self.url).port is None:
+            lines.append(
+                "proxy.upstream.url: gives no port, so tinyproxy reaches the upstream on port 80 (expected "
+                "host:port, e.g. http://proxy.corp.example:3128; write :80 when port 80 is meant)"
+            )
+        return lines
+
+    @property
     def credentials(self) -> tuple[str, str] | None:
         parts = urlsplit(self.url)
         if self.username is not None:
@@ -478,6 +493,30 @@ class UpstreamSettings(_Model):
         """The upstream's IPv4 address when the URL gives one (the settings refuse IPv6 and odd spellings)."""
         host = self.endpoint[0]
         return host if _inet_aton(host) == host else None
+
+
+def _url_warnings(field: str, url: str) -> list[str]:
+    """The warnings for a valid proxy URL's user info (see `_user_name_warnings`)."""
+    parts = urlsplit(url)
+    if parts.username is None:
+        return []
+    return _user_name_warnings(f"{field}: its user name", unquote(parts.username), bool(parts.password))
+
+
+def _user_name_warnings(where: str, user: str, has_password: bool) -> list[str]:
+    """A user name that may hold the password, typed with ';' for ':' or without the ':' at all: a line naming
+    `where` and why, never the name (it may be the password)."""
+    reasons = []
+    if ";" in user or "," in user:
+        reasons.append("holds ';' or ',' (a ':' mistyped?)")
+    if not has_password:
+        reasons.append("comes with no password")
+    if len(user) >= 16 and all(re.search(c, user) for c in ("[a-z]", "[A-Z]", "[0-9]")):
+        reasons.append("looks random, like a password")
+    if not reasons:
+        return []
+    said = ", ".join(reasons[:-1]) + (" and " if len(reasons) > 1 else "") + reasons[-1]
+    return [f"{where} {said}: if it holds the password, write user:password@ (value hidden)"]
 
 
 def _inet_aton(host: str) -> str | None:
@@ -1359,6 +1398,24 @@ class Settings(_Model):
                 "proxy.httpProxy: required when deployment.enabled is false (expected the URL of the proxy pods should use)"
             )
         return self
+
+    @property
+    def warnings(self) -> list[str]:
+        """Valid settings that are likely a typo, one line each naming the field, never its value: shown by every
+        command and in Pulumi previews (pulumi.log.warn)."""
+        p = self.proxy
+        lines = []
+        for name, url in (
+            ("proxy.httpProxy", p.http_proxy),
+            ("proxy.httpsProxy", p.https_proxy),
+            ("proxy.nodeHttpProxy", p.node_http_proxy),
+            ("proxy.nodeHttpsProxy", p.node_https_proxy),
+        ):
+            if url is not None:
+                lines += _url_warnings(name, url)
+        if p.upstream is not None:
+            lines += p.upstream.warnings
+        return lines
 
     def _check_node_urls(self) -> None:
         p = self.proxy

@@ -189,7 +189,8 @@ def installation_main() -> None:
     config = pulumi.Config(CONFIG_NAMESPACE)
     data = layered_from_config(config).data
     check_installation(data, f"stack {pulumi.get_stack()}")
-    parse_settings(data)
+    for line in parse_settings(data).warnings:
+        pulumi.log.warn(line)
     pulumi.export(OUTPUT, pulumi.Output.secret(data))
 
 
