@@ -28,7 +28,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from proxy_component import cli, layers
+from proxy_component import cli
 from proxy_component.settings import Settings, SettingsError, parse_settings
 
 PLAIN = "S3cr3tPassw0rd"
@@ -88,7 +88,7 @@ def _leaks(text: str, password: str) -> list[str]:
 
 
 def _settings(field: str, url: str) -> dict[str, Any]:
-    data = copy.deepcopy(EXAMPLE)
+    data: dict[str, Any] = copy.deepcopy(EXAMPLE)
     if field == "proxy.upstream.url":
         data["proxy"]["upstream"] = {"url": url}
     else:
@@ -114,7 +114,7 @@ def _fake_pulumi(monkeypatch: pytest.MonkeyPatch, data: dict[str, Any]) -> None:
         assert list(argv) == ["pulumi", "config", "--json", "--show-secrets", "--stack", STACK], argv
         return subprocess.CompletedProcess(list(argv), 0, stdout=config, stderr="")
 
-    monkeypatch.setattr(layers.subprocess, "run", run)
+    monkeypatch.setattr(subprocess, "run", run)  # the module layers.read_stack calls
 
 
 def _commands(source: list[str], out: Path) -> list[list[str]]:
