@@ -199,7 +199,8 @@ SAMPLE = ("del31", "sub16x3b")
 
 
 def test_the_installed_command_prints_no_password_of_a_sample(tmp_path: Path) -> None:
-    """The sample through the command as a user runs it, `--stack` through a stand-in `pulumi` on PATH."""
+    """The sample through the command as a user runs it, `--stack` through a stand-in `pulumi` on PATH: every
+    command but `render` to stdout from a file, and `render` (both ways) and `no-proxy` from the stack."""
     field, url, password = BASES[0]
     edits = dict(_mutations(url))
     command = Path(sys.executable).parent / "proxy-component"
@@ -216,14 +217,15 @@ def test_the_installed_command_prints_no_password_of_a_sample(tmp_path: Path) ->
         pulumi.chmod(0o755)
         env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
         valid = label == "sub16x3b"
-        for source in ([str(case / "proxy.yaml")], ["--stack", STACK, "--cwd", str(case)]):
-            for argv in _commands(source, case / f"out-{len(source)}"):
-                result = subprocess.run([str(command), *argv], capture_output=True, text=True, env=env, check=False)
-                assert "Traceback" not in result.stderr
-                assert _leaks(result.stderr, password) == [], (label, argv, result.stderr)
-                shown = _outside_secrets(result.stdout) if valid and argv[0] == "render" else result.stdout
-                assert _leaks(shown, password) == [], (label, argv)
-                expected = 2 if not valid or argv[0] == "check" else 0
-                assert result.returncode == expected, (label, argv, result.stderr)
-                if valid:
-                    assert "proxy-component: warning: proxy.upstream.url: its user name holds ';'" in result.stderr
+        file_form = _commands([str(case / "proxy.yaml")], case / "out-file")
+        stack_form = _commands(["--stack", STACK, "--cwd", str(case)], case / "out-stack")
+        for argv in [*file_form[1:], *stack_form[:3]]:
+            result = subprocess.run([str(command), *argv], capture_output=True, text=True, env=env, check=False)
+            assert "Traceback" not in result.stderr
+            assert _leaks(result.stderr, password) == [], (label, argv, result.stderr)
+            shown = _outside_secrets(result.stdout) if valid and argv[0] == "render" else result.stdout
+            assert _leaks(shown, password) == [], (label, argv)
+            expected = 2 if not valid or argv[0] == "check" else 0
+            assert result.returncode == expected, (label, argv, result.stderr)
+            if valid:
+                assert "proxy-component: warning: proxy.upstream.url: its user name holds ';'" in result.stderr
