@@ -283,8 +283,8 @@ def _shown(path: str, value: Any) -> str:
         if isinstance(value, str) and last != "username":
             return repr(mask_url(value))
         return f"(a {type(value).__name__}, hidden)"
-    if isinstance(value, str) and ("@" in value or "://" in value):
-        return repr(mask_url(value))
+    if isinstance(value, str) and (path == "proxy" or path.startswith("proxy.") or "@" in value or "://" in value):
+        return repr(mask_url(value))  # under `proxy`, any text may be a mistyped proxy URL (`upstream: URL`)
     return repr(value)
 
 

@@ -31,6 +31,7 @@ OWN = {
     "typo_of_password": {"proxy": {"upstream": {"url": "http://proxy.corp.example:3128", "passwrd": PASSWORD}}},
     "password_as_a_number": {"proxy": {"upstream": {"url": "http://proxy.corp.example:3128", "password": 73190}}},
     "credentials_in_no_proxy": {"proxy": {"noProxy": [f"svc:{PASSWORD}@proxy.corp.example"]}},
+    "upstream_as_a_mistyped_string": {"proxy": {"upstream": f"http//svc:{PASSWORD}proxy.corp.example:3128"}},
     "credentials_in_a_node_proxy": {"proxy": {"nodeHttpProxy": f"ftp://svc:{PASSWORD}@proxy.corp.example:21"}},
     "bad_cidr_beside_the_url": {
         "cluster": {"podCidrs": ["10.0.0.1/33"]},
