@@ -237,3 +237,30 @@ def test_typescript_secret_transformed_with_apply_then_mistyped(
     project.init()
     project.run("config", "set", "--secret", "upstreamSecret", secret)
     _fails_without_the_password(project, expected)
+
+
+def test_typescript_preview_warns_of_a_user_name_that_may_hold_the_password(
+    project_factory: Any, hosts: Path, plugin: Path
+) -> None:
+    """';' typed for ':' is a valid URL whose user name holds the password: the preview (through the component
+    provider) warns naming the field, and shows neither the user name nor the password."""
+    project = typescript_project(project_factory, hosts, plugin, "typescript-semicolon")
+    source = (project.dir / "index.ts").read_text()
+    program = source.replace(
+        "const egress = new proxy.ClusterProxy(",
+        "const config = new pulumi.Config();\nconst egress = new proxy.ClusterProxy(",
+    )
+    program = program.replace(
+        '        proxy: { noProxy: ["fd00::/8"] },',
+        '        proxy: { noProxy: ["fd00::/8"], upstream: { url: config.requireSecret("upstreamUrl") } },',
+    )
+    assert 'config.requireSecret("upstreamUrl")' in program
+    (project.dir / "index.ts").write_text(program)
+    project.init()
+    project.run("config", "set", "--secret", "upstreamUrl", UPSTREAM.replace("svc:", "svc;"))
+    result = project.run("preview")
+    output = result.stdout + result.stderr
+    assert "proxy.upstream.url: its user name holds ';' or ',' (a ':' mistyped?)" in output, output
+    assert PASSWORD not in output
+    assert "svc;" not in output
+    assert PASSWORD not in json.dumps(project.export())
