@@ -266,7 +266,7 @@ def _explain(args: argparse.Namespace) -> int:
     no_proxy = settings.no_proxy()
     urls = args.url or None
     selection = _selection(settings, args)
-    cells = evaluate(settings, no_proxy, urls, selection)
+    cells = evaluate(settings, no_proxy, urls, selection, _own_env(args.env or []))
     if args.json:
         print(json.dumps([cell.as_dict() for cell in cells], indent=2))
         return 0
@@ -316,6 +316,17 @@ def _explain(args: argparse.Namespace) -> int:
     if lost:
         print(f"[{len(lines) + len(notes) + 1}] {lost}")
     return 0
+
+
+def _own_env(pairs: Sequence[str]) -> dict[str, str]:
+    """`--env NAME=VALUE` arguments: variables a workload sets itself, added to the rendered environment."""
+    own = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name or any(ch.isspace() for ch in name):
+            raise ValueError(f"--env: {pair!r} is not NAME=VALUE (expected e.g. ALL_PROXY=http://proxy.corp:3128)")
+        own[name] = value
+    return own
 
 
 def _print_table(cells: Sequence[Any], labels: dict[str, str], trust: Sequence[Any] = ()) -> None:
@@ -679,6 +690,13 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         metavar="URL",
         help="a destination to judge instead of the representative ones (repeatable)",
+    )
+    explain.add_argument(
+        "--env",
+        action="append",
+        metavar="NAME=VALUE",
+        help="a variable the workload sets itself (ALL_PROXY, npm_config_no_proxy, REQUEST_METHOD...), added to the "
+        "rendered environment (repeatable)",
     )
     explain.add_argument("--runtimes", help=runtimes_help)
     _stack_arguments(explain)

@@ -10,8 +10,10 @@ clients whose rules are not a combination of those (requests, httpx, Ruby,
 npm, Java) name a small matcher instead. Adding a client adds a row.
 
 The rows record what the real clients did (tests/integration/test_client_model_real.py
-runs them all against this model; docs/client-probe.md has the probe); the
-sources are named in shared/reference/no-proxy-clients.md. This module is pure.
+runs them all against this model; docs/client-probe.md has the probe) and what
+each client's own test suite expects (tests/fixtures/client_suites, run by
+tests/unit/test_client_suites.py); the sources are named in
+shared/reference/no-proxy-clients.md. This module is pure.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Literal
 from urllib.parse import urlsplit
 
@@ -35,6 +37,7 @@ __all__ = [
     "decide",
     "java_properties",
     "matched_entry",
+    "workload_variables",
 ]
 
 Decision = Literal["bypass", "proxy", "error"]
@@ -113,6 +116,17 @@ class Client:
     - `loopback`: ``go`` (localhost and loopback IPs never use the proxy),
       ``resolve`` (a name resolving to loopback does not, Ruby) or ``none``.
     - `requires`: variables that must have this value for the client to use the proxy at all.
+    - `fallback_vars`: what a scheme falls back to, read the same way, when its own variables give no proxy
+      (ALL_PROXY for requests and httpx; undici's https takes its http proxy); `fallback_when` ``unset``: only
+      when none of the scheme's own variables is set, even empty (apt).
+    - `cgi`: what the client does when it runs under CGI (REQUEST_METHOD set): ``error`` when the http proxy
+      would be used (Go, REQUEST_METHOD non-empty), ``drop-upper`` (Python: HTTP_PROXY is not read),
+      ``cgi-var`` (Ruby: http_proxy, else CGI_HTTP_PROXY) or ``none``.
+    - `ignored_proxy_schemes`: proxy URLs with these schemes are dropped, as if unset (aiohttp: ``https``).
+    - `proxy_schemes`: when set, a proxy URL with another scheme, or none, is an error (apt).
+    - `trailing_dot`: a trailing dot on the host and on a name entry is ignored (curl, undici 8.12).
+    - `idna`: names are compared in their punycode (IDNA) form (Go).
+    - `port_zero`: a URL's port 0 is the scheme's default port (proxy-from-env, undici).
     - `matcher`: replaces the generic entry match where the rules above do not describe it.
     """
 
@@ -135,6 +149,14 @@ class Client:
     ipv6_host: Literal["bare", "bracketed"] = "bare"
     loopback: Literal["go", "resolve", "none"] = "none"
     requires: tuple[tuple[str, str], ...] = ()
+    fallback_vars: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    fallback_when: Literal["empty", "unset"] = "empty"
+    cgi: Literal["error", "drop-upper", "cgi-var", "none"] = "none"
+    ignored_proxy_schemes: tuple[str, ...] = ()
+    proxy_schemes: tuple[str, ...] = ()
+    trailing_dot: bool = False
+    idna: bool = False
+    port_zero: bool = False
     raises: Callable[[str], str | None] | None = None
     tokens: Callable[[str], list[str]] | None = None
     matcher: Matcher | None = None
@@ -196,6 +218,22 @@ def _name_match(c: Client, entry: str, host: str) -> bool:
     return host == entry or host.endswith("." + entry)
 
 
+def _name_form(c: Client, name: str) -> str:
+    """A name as `c` compares it: without a trailing dot (curl, undici 8.12), in punycode (Go)."""
+    if c.trailing_dot and len(name) > 1 and name.endswith("."):
+        name = name[:-1]
+    if c.idna and not name.isascii():
+        name = ".".join(_punycode(label) for label in name.split("."))
+    return name
+
+
+def _punycode(label: str) -> str:
+    try:
+        return label.encode("idna").decode("ascii") if label and not label.isascii() else label
+    except UnicodeError:
+        return label
+
+
 def _generic(c: Client, raw: str, t: Target) -> bool:
     entry = raw.strip().lower()
     if entry == "*":
@@ -222,6 +260,8 @@ def _generic(c: Client, raw: str, t: Target) -> bool:
     host = t.host_as(c.ipv6_host)
     if t.ip is not None and not c.names_on_ips:
         return host_part == host
+    if t.ip is None:
+        host, host_part = _name_form(c, host), _name_form(c, host_part)
     if c.ports == "explicit" or (c.ports == "explicit-names" and t.ip is None):
         candidates = [host, f"{host}:{t.port}"] if t.explicit_port else [host]
         return any(_name_match(c, host_part, h) for h in candidates)
@@ -373,17 +413,24 @@ _LOWER_FIRST = {"http": ("http_proxy", "HTTP_PROXY"), "https": ("https_proxy", "
 _UPPER_FIRST = {"http": ("HTTP_PROXY", "http_proxy"), "https": ("HTTPS_PROXY", "https_proxy")}
 _LOWER_ONLY = {"http": ("http_proxy",), "https": ("https_proxy",)}
 _NO_LOWER_FIRST = ("no_proxy", "NO_PROXY")
+_ALL = {"http": ("all_proxy", "ALL_PROXY"), "https": ("all_proxy", "ALL_PROXY")}
 
 _CURL = dict(
     no_proxy_vars=_NO_LOWER_FIRST,
     proxy_vars={"http": ("http_proxy",), "https": ("https_proxy", "HTTPS_PROXY")},
+    fallback_vars=_ALL,
     pick="nonempty",
     separators=r"[,\s]",
     cidr=frozenset({4}),
     names_on_ips=False,
+    trailing_dot=True,
 )
-_URLLIB = dict(no_proxy_vars=_NO_LOWER_FIRST, proxy_vars=_LOWER_FIRST, ports="explicit", ipv6_host="bracketed")
+_URLLIB = dict(
+    no_proxy_vars=_NO_LOWER_FIRST, proxy_vars=_LOWER_FIRST, ports="explicit", ipv6_host="bracketed", cgi="drop-upper"
+)
 _UNDICI_7 = dict(
+    fallback_vars={"https": ("http_proxy", "HTTP_PROXY")},
+    port_zero=True,
     separators=r"[,\s]",
     star_dot="domain",
     entry_port="last",
@@ -391,6 +438,7 @@ _UNDICI_7 = dict(
     ipv6_host="bracketed",
 )
 _NODE_EXACT = dict(
+    port_zero=True,
     separators=r"[,\s]",
     wildcard="entry",
     names="exact",
@@ -419,6 +467,9 @@ CLIENTS: tuple[Client, ...] = (
         "2.6",
         no_proxy_vars=("no_proxy",),
         proxy_vars=_LOWER_ONLY,
+        fallback_vars={"https": ("http_proxy",)},
+        fallback_when="unset",
+        proxy_schemes=("http", "https", "socks5h"),
         wildcard="none",
         names="raw",
         leading_dot="suffix",
@@ -430,10 +481,12 @@ CLIENTS: tuple[Client, ...] = (
         "2.34",
         no_proxy_vars=_NO_LOWER_FIRST,
         proxy_vars=_LOWER_FIRST,
+        fallback_vars=_ALL,
         pick="nonempty",
         separators=r"[,]",
         cidr=frozenset({4}),
         ports="explicit-names",
+        cgi="drop-upper",
     ),
     Client(
         "python-httpx",
@@ -441,7 +494,9 @@ CLIENTS: tuple[Client, ...] = (
         "0.28",
         no_proxy_vars=_NO_LOWER_FIRST,
         proxy_vars=_LOWER_FIRST,
+        fallback_vars=_ALL,
         wildcard="entry",
+        cgi="drop-upper",
         raises=_httpx_raises,
         matcher=_httpx,
     ),
@@ -451,6 +506,8 @@ CLIENTS: tuple[Client, ...] = (
         "3.14",
         no_proxy_vars=_NO_LOWER_FIRST,
         proxy_vars=_LOWER_FIRST,
+        cgi="drop-upper",
+        ignored_proxy_schemes=("https", "wss"),
     ),
     Client(
         "go",
@@ -468,6 +525,8 @@ CLIENTS: tuple[Client, ...] = (
         entry_port="hostport",
         ports="effective",
         loopback="go",
+        cgi="error",
+        idna=True,
     ),
     Client(
         "ruby",
@@ -478,6 +537,7 @@ CLIENTS: tuple[Client, ...] = (
         wildcard="none",
         entry_port="last",
         loopback="resolve",
+        cgi="cgi-var",
         tokens=_ruby_tokens,
         matcher=_ruby,
     ),
@@ -487,6 +547,7 @@ CLIENTS: tuple[Client, ...] = (
         "2",
         no_proxy_vars=_NO_LOWER_FIRST,
         proxy_vars=_LOWER_FIRST,
+        fallback_vars=_ALL,
         pick="nonempty",
         **_NODE_EXACT,  # type: ignore[arg-type]
     ),
@@ -494,8 +555,14 @@ CLIENTS: tuple[Client, ...] = (
         "node-proxy-from-env-1",
         "proxy-from-env 1",
         "1.1",
-        no_proxy_vars=_NO_LOWER_FIRST,
-        proxy_vars=_LOWER_FIRST,
+        # getProxyForUrl: npm_config_<scheme>_proxy, <scheme>_proxy, npm_config_proxy, all_proxy (each lower, then upper
+        # case, the first non-empty one), and npm_config_no_proxy ahead of no_proxy.
+        no_proxy_vars=("npm_config_no_proxy", "NPM_CONFIG_NO_PROXY", *_NO_LOWER_FIRST),
+        proxy_vars={
+            scheme: (f"npm_config_{scheme}_proxy", f"NPM_CONFIG_{scheme.upper()}_PROXY", *names)
+            for scheme, names in _LOWER_FIRST.items()
+        },
+        fallback_vars={scheme: ("npm_config_proxy", "NPM_CONFIG_PROXY", *names) for scheme, names in _ALL.items()},
         pick="nonempty",
         **_NODE_EXACT,  # type: ignore[arg-type]
     ),
@@ -505,6 +572,9 @@ CLIENTS: tuple[Client, ...] = (
         "8.12",
         no_proxy_vars=_NO_LOWER_FIRST,
         proxy_vars=_LOWER_FIRST,
+        fallback_vars={"https": ("http_proxy", "HTTP_PROXY")},
+        port_zero=True,
+        trailing_dot=True,
         separators=r"[,\s]",
         wildcard="entry",
         star_dot="suffix",
@@ -584,15 +654,55 @@ def _read(env: Mapping[str, str], names: tuple[str, ...], pick: str) -> str:
     return ""
 
 
-def _proxy_url(c: Client, env: Mapping[str, str], scheme: str) -> str:
+def _cgi(c: Client, env: Mapping[str, str]) -> bool:
+    """Whether `c` sees itself run as a CGI script: REQUEST_METHOD set (Go: set and non-empty)."""
+    if c.cgi == "error":
+        return bool(env.get("REQUEST_METHOD"))
+    return c.cgi != "none" and "REQUEST_METHOD" in env
+
+
+def _names(c: Client, env: Mapping[str, str], scheme: str) -> tuple[str, ...]:
     names = c.proxy_vars.get(scheme, ())
+    if scheme == "http" and _cgi(c, env):
+        if c.cgi == "drop-upper":  # Python's getproxies_environment forgets HTTP_PROXY under CGI
+            names = tuple(n for n in names if n != "HTTP_PROXY")
+        elif c.cgi == "cgi-var":  # Ruby: only the lower-case spelling, else CGI_HTTP_PROXY
+            names = (*(n for n in names if n != "HTTP_PROXY"), "CGI_HTTP_PROXY")
+    return names
+
+
+def _read_proxy(c: Client, env: Mapping[str, str], names: tuple[str, ...]) -> str:
     if c.pick == "environ":
         for name in names:  # npm: each key's later spelling wins, then the keys in this order
             value = _environ_last(env, name)
             if value:
                 return value
         return ""
-    return _read(env, names, c.pick)
+    value = _read(env, names, c.pick)
+    if value and value.split("://", 1)[0].lower() in c.ignored_proxy_schemes and "://" in value:
+        return ""
+    return value
+
+
+def _proxy_url(c: Client, env: Mapping[str, str], scheme: str) -> str:
+    """The proxy `c` would use for `scheme`, or "" for none."""
+    names = _names(c, env, scheme)
+    own = _read_proxy(c, env, names)
+    if own or (c.fallback_when == "unset" and any(n in env for n in names)):
+        return own
+    return _read_proxy(c, env, c.fallback_vars.get(scheme, ()))
+
+
+def workload_variables(c: Client | str, env: Mapping[str, str], scheme: str) -> tuple[str, ...]:
+    """The variables beyond the scheme's usual two that decide `c`'s proxy for `scheme` in `env`: a fallback
+    such as ALL_PROXY, npm's npm_config_* spellings, or REQUEST_METHOD (CGI). Empty when none of them is set."""
+    c = client(c) if isinstance(c, str) else c
+    usual = {f"{scheme}_proxy", f"{scheme.upper()}_PROXY", "no_proxy", "NO_PROXY"}
+    read = (*c.proxy_vars.get(scheme, ()), *c.fallback_vars.get(scheme, ()), *c.no_proxy_vars)
+    found = [n for n in dict.fromkeys(read) if n not in usual and env.get(n)]
+    if c.cgi != "none" and "REQUEST_METHOD" in env:
+        found.append("REQUEST_METHOD")
+    return tuple(found)
 
 
 def _environ_last(env: Mapping[str, str], name: str) -> str:
@@ -618,6 +728,10 @@ def decide(c: Client | str, env: Mapping[str, str], url: str | Target) -> Decisi
         return "bypass"
     if not _proxy_url(c, env, t.scheme):
         return "bypass"
+    if c.cgi == "error" and t.scheme == "http" and _cgi(c, env):
+        return "error"  # Go refuses HTTP_PROXY under CGI (golang.org/s/cgihttpproxy)
+    if c.port_zero and t.port == 0:
+        t = replace(t, port=443 if t.scheme == "https" else 80)
     # Go special-cases localhost and loopback IPs; Ruby resolves the name (only localhost resolves to loopback).
     if c.loopback != "none" and (t.host == "localhost" or (t.ip is not None and t.ip.is_loopback)):
         return "bypass"
@@ -628,13 +742,24 @@ def decide(c: Client | str, env: Mapping[str, str], url: str | Target) -> Decisi
             if c.raises(entry.strip()) is not None:
                 return "error"
     if not value.strip():
-        return "proxy"
+        return _unsupported(c, env, t) or "proxy"
     if c.wildcard != "none" and value.strip() == "*":
         return "bypass"
     if c.wildcard == "entry" and any(entry.strip() == "*" for entry in entries):
         return "bypass"
     match = c.matcher or _generic
-    return "bypass" if any(match(c, entry, t) for entry in entries) else "proxy"
+    if any(match(c, entry, t) for entry in entries):
+        return "bypass"
+    return _unsupported(c, env, t) or "proxy"
+
+
+def _unsupported(c: Client, env: Mapping[str, str], t: Target) -> Decision | None:
+    """apt refuses a proxy URL whose scheme it does not speak (or that has none): 'Unsupported proxy configured'."""
+    if not c.proxy_schemes:
+        return None
+    value = _proxy_url(c, env, t.scheme).strip()
+    scheme = value.split("://", 1)[0].lower() if "://" in value else ""
+    return None if scheme in c.proxy_schemes else "error"
 
 
 def matched_entry(c: Client | str, env: Mapping[str, str], url: str | Target) -> str | None:

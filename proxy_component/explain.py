@@ -6,7 +6,8 @@ loopback, the metadata endpoints, the user's own entries, an external host).
 `intent` says what should happen to any URL: in-cluster ranges, names and the
 user's entries bypass the proxy, everything else goes through it. `evaluate`
 asks the client model (`clients.decide`) with the environment workloads really
-get (`workload_values`, for a runtime selection: by default the cluster-wide one), and `warnings` turns the cells that differ into one
+get (`workload_values`, for a runtime selection: by default the cluster-wide one; plus any variable the workload sets
+itself, such as ALL_PROXY, npm_config_* or REQUEST_METHOD), and `warnings` turns the cells that differ into one
 line per cause, naming the clients, the destinations and what to do. The
 command's `explain` and the component's preview print the same lines.
 """
@@ -15,9 +16,9 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from .clients import CLIENTS, TRUST, Client, Decision, Target, decide, matched_entry
+from .clients import CLIENTS, TRUST, Client, Decision, Target, decide, matched_entry, workload_variables
 from .noproxy import Category, Kind, NoProxy
 from .render.env import env_pairs, workload_values
 from .render.runtimes import JDK_JAVA_OPTIONS, NO_PROXY_PYTHON, java_skip_reason
@@ -153,9 +154,11 @@ def destinations(settings: Settings, no_proxy: NoProxy) -> list[Destination]:
 def intent(settings: Settings, no_proxy: NoProxy, url: str | Target) -> Decision:
     """What should happen: bypass for loopback, in-cluster ranges and names, and the entries; proxy otherwise.
 
-    Entries are read as meant: a host name covers its subdomains, `.x` covers `x`.
+    Entries are read as meant: a host name covers its subdomains, `.x` covers `x`, and a fully qualified name's
+    trailing dot (`kubernetes.default.svc.cluster.local.`) names the same host.
     """
     t = url if isinstance(url, Target) else Target.parse(url)
+    host = t.host.rstrip(".") if t.ip is None else t.host
     if t.host == "localhost" or (t.ip is not None and t.ip.is_loopback):
         return "bypass"
     c = settings.cluster
@@ -176,7 +179,7 @@ def intent(settings: Settings, no_proxy: NoProxy, url: str | Target) -> Decision
             network = entry.network
             if t.ip is not None and network is not None and t.ip.version == network.version and t.ip in network:
                 return "bypass"
-        elif t.host == entry.value or t.host.endswith("." + entry.value):
+        elif host == entry.value or host.endswith("." + entry.value):
             return "bypass"
     return "proxy"
 
@@ -205,17 +208,22 @@ def evaluate(
     no_proxy: NoProxy,
     urls: Sequence[str] | None = None,
     selection: Iterable[Runtime] | None = None,
+    own: Mapping[str, str] | None = None,
 ) -> list[Cell]:
-    """One cell per URL and client, URLs in order, clients in the model's order, for a workload of `selection`."""
+    """One cell per URL and client, URLs in order, clients in the model's order, for a workload of `selection`
+    that sets the variables `own` itself (they replace the rendered ones of the same name)."""
     if urls is None:
         urls = [d.url for d in destinations(settings, no_proxy)]
-    return _cells(settings, no_proxy, urls, workload_env(settings, no_proxy, selection))
+    return _cells(settings, no_proxy, urls, {**workload_env(settings, no_proxy, selection), **(own or {})})
 
 
 def _why(
     settings: Settings, no_proxy: NoProxy, env: Mapping[str, str], c: Client, t: Target, got: Decision, wanted: Decision
 ) -> str:
     """One line, the same for every client it applies to: why the decision differs from the intent, and what to do."""
+    own = workload_variables(c, env, t.scheme)
+    if own and decide(c, {k: v for k, v in env.items() if k not in own}, t) != got:
+        return _own_variables(own)
     if got == "error":
         return (
             "fails on every request: httpx refuses IPv6 CIDRs and bracketed IPv6 addresses in NO_PROXY (InvalidURL "
@@ -237,6 +245,14 @@ def _why(
             f"Node workloads (annotation {settings.runtimes.annotation}: node, runtimes.namespaces or runtimes.node)"
         )
     if got == "proxy":
+        if t.ip is None and t.host.endswith(".") and decide(c, env, replace(t, host=t.host.rstrip("."))) == wanted:
+            bare = t.host.rstrip(".")
+            covering = next((e.value for e in no_proxy.entries if _entry_covers(e.value.lstrip("."), bare)), None)
+            fix = f", or add '{covering.lstrip('.')}.' to proxy.noProxy" if covering else ""
+            return (
+                f"these clients keep the trailing dot of {t.host}, which no NO_PROXY entry ends with, so they send it "
+                f"to the proxy: call in-cluster names without the trailing dot{fix}"
+            )
         if t.ip is None and not any(
             _entry_covers(e.value, t.host) for e in no_proxy.entries if e.kind in (Kind.HOST, Kind.SUFFIX)
         ):
@@ -278,6 +294,26 @@ def _why(
     if entry is not None:
         return f"these clients read NO_PROXY entry {entry!r} as covering {t.host}, so they connect directly"
     return f"these clients do not send {t.host} to the proxy"
+
+
+def _own_variables(names: Sequence[str]) -> str:
+    """Why a variable the workload sets itself changes these clients' decision, and what to do."""
+    if "REQUEST_METHOD" in names:
+        return (
+            "the workload sets REQUEST_METHOD, which marks a CGI process: Go then refuses HTTP_PROXY (an error on "
+            "every http request), Python's clients drop HTTP_PROXY and Ruby reads CGI_HTTP_PROXY instead: unset "
+            "REQUEST_METHOD in the workload's environment"
+        )
+    npm = [n for n in names if n.lower().startswith("npm_config_")]
+    if npm:
+        return (
+            f"the workload sets {', '.join(npm)}, which proxy-from-env 1 reads ahead of the rendered variables "
+            "(npm_config_no_proxy ahead of NO_PROXY): unset it, or give it the rendered value"
+        )
+    return (
+        f"the workload sets {', '.join(names)}, which these clients use as their proxy when the scheme's own "
+        "variable gives none: set HTTP_PROXY and HTTPS_PROXY, or unset it"
+    )
 
 
 def _entry_covers(value: str, host: str) -> bool:

@@ -1,4 +1,4 @@
-"""The project's own image: where it is published, which tinyproxy it carries, and how a Debian version becomes a tag.
+"""The project's own image: where it is published, which tinyproxy it carries, and how a version becomes a tag.
 
 One image serves the proxy container (tinyproxy), the firewall init container (nft, sh) and the `check --probe`
 pods (busybox's sh, nc, base64, timeout). `images/proxy/` holds its package list and `scripts/image` builds it;
@@ -10,12 +10,27 @@ from __future__ import annotations
 
 import sys
 
-__all__ = ["DEFAULT_IMAGE", "REPOSITORY", "TINYPROXY_DEBIAN_VERSION", "USER_ID", "tag_for"]
+__all__ = [
+    "DEFAULT_IMAGE",
+    "REPOSITORY",
+    "TINYPROXY_ARCHIVE",
+    "TINYPROXY_COMMIT",
+    "TINYPROXY_SHA256",
+    "TINYPROXY_VERSION",
+    "USER_ID",
+    "tag_for",
+]
 
 REPOSITORY = "ghcr.io/proxy-component/proxy"
-# The Debian version of tinyproxy in the image; images/proxy/packages.<arch> pin tinyproxy-bin at it (or at a
-# binary-only rebuild of it, +bN).
-TINYPROXY_DEBIAN_VERSION = "1.11.2-1"
+# tinyproxy is built from upstream's source (scripts/image, images/proxy/tinyproxy/): the archive of this commit
+# (`git archive`, in ../shared/tinyproxy-sources), checked against this digest, with the project's patches
+# (images/proxy/tinyproxy/patches) at this level. The version names all three; the image's tag is made from it.
+TINYPROXY_COMMIT = "364cdb67e0ea00a8e4a7037e2693e0711e816adb"
+TINYPROXY_ARCHIVE = "tinyproxy-364cdb6.tar.gz"
+TINYPROXY_SHA256 = "82e263d49decf3f3cc4e8c82c8e2e671de234ac667bbf8ee9803fd91c8788001"
+_UPSTREAM_VERSION = "1.11.3"  # the archive's VERSION file: release 1.11.3 and the commits after it
+_PATCH_LEVEL = 1
+TINYPROXY_VERSION = f"{_UPSTREAM_VERSION}-git-{TINYPROXY_COMMIT[:7]}-pc{_PATCH_LEVEL}"
 # The image's user and group, and the settings' default deployment.runAsUser.
 USER_ID = 61888
 
@@ -36,9 +51,18 @@ def tag_for(debian_version: str) -> str:
     return tag
 
 
-DEFAULT_IMAGE = f"{REPOSITORY}:{tag_for(TINYPROXY_DEBIAN_VERSION)}"
+DEFAULT_IMAGE = f"{REPOSITORY}:{tag_for(TINYPROXY_VERSION)}"
 
 
 if __name__ == "__main__":  # scripts/image: `python3 proxy_component/image.py` prints what it needs, one per line
-    print(REPOSITORY, TINYPROXY_DEBIAN_VERSION, tag_for(TINYPROXY_DEBIAN_VERSION), USER_ID, sep="\n")
+    print(
+        REPOSITORY,
+        TINYPROXY_VERSION,
+        tag_for(TINYPROXY_VERSION),
+        USER_ID,
+        TINYPROXY_COMMIT,
+        TINYPROXY_ARCHIVE,
+        TINYPROXY_SHA256,
+        sep="\n",
+    )
     sys.exit(0)

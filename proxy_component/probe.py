@@ -326,7 +326,9 @@ def classify(
         return result("timeout", f"the proxy's answer was incomplete after {wait} s")
     status, headers, rest = parsed
     code = status.split(" ", 2)[1] if len(status.split(" ")) > 1 else ""
-    from_tinyproxy = headers.get("server", "").startswith("tinyproxy/")
+    # `tinyproxy/1.11.2` up to 1.11.2; `tinyproxy` alone from upstream's 2024 change on (the image's build).
+    server = headers.get("server", "")
+    from_tinyproxy = server == "tinyproxy" or server.startswith("tinyproxy/")
     if from_tinyproxy and code != "200":
         cause = _tinyproxy_cause(rest)
         if status.endswith(" Filtered"):

@@ -127,6 +127,12 @@ class FirewallSettings(TypedDict):
     allow_cluster_destinations: NotRequired[pulumi.Input[bool]]
     """Let tinyproxy reach the cluster's pod, service and node ranges; by default they are refused, since tinyproxy on the node's network would let a pod past its NetworkPolicy (those calls belong in NO_PROXY)."""
 
+    max_connections_per_client: NotRequired[pulumi.Input[int]]
+    """Open connections to the proxy's port that one source address (a pod) may hold; the kernel refuses more with a TCP reset. 0: no limit, and one pod can take every one of maxClients. The node's own processes (loopback: the kubelet's probes) are exempt."""
+
+    new_connections_per_client_per_second: NotRequired[pulumi.Input[int]]
+    """New connections per second that one source address may open to the proxy's port, with bursts of twice as many; the kernel refuses more with a TCP reset. 0: no limit."""
+
 
 class UpstreamSettings(TypedDict):
     """A corporate proxy that tinyproxy chains to; its credentials stay in a Secret."""
@@ -255,6 +261,7 @@ class DeploymentSettings(TypedDict):
     """One of: Cluster, Local."""
 
     max_clients: NotRequired[pulumi.Input[int]]
+    """tinyproxy's MaxClients: connections served at once. The memory limit defaults to what this many need (144 KiB each, measured), and the kernel keeps an eighth (at most 32) of them for the node's own processes, the kubelet's probes."""
 
     deny_destinations: NotRequired[pulumi.Input[Sequence[pulumi.Input[str]]]]
     """Extended regular expressions over the request's host that tinyproxy refuses (its Filter)."""

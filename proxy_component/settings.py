@@ -620,6 +620,10 @@ def _quantities(cpu: str, memory: str) -> dict[ResourceName, str]:
     return {"cpu": cpu, "memory": memory}
 
 
+def _quantities_cpu(cpu: str) -> dict[ResourceName, str]:
+    return {"cpu": cpu}
+
+
 def _quantity_text(value: Any) -> Any:
     """A number is a quantity too, as Kubernetes reads `cpu: 1` (e.g. from `pulumi config set --path`)."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -630,11 +634,52 @@ def _quantity_text(value: Any) -> Any:
 Quantity = Annotated[str, BeforeValidator(_quantity_text)]
 
 
+# What tinyproxy (the image's, MaxClients 1024) needs, measured by bench/bench_proxy_memory.py in a memory cgroup:
+# 3 MiB with no client, and per connection 38 KiB idle, 43 KiB an idle CONNECT tunnel, 105 KiB with 60 KiB of
+# headers, 143 KiB a transfer whose client stops reading (relay buffers and socket buffers full): the worst case.
+PROXY_BASE_MEMORY_KIB = 4 * 1024
+PROXY_MEMORY_PER_CONNECTION_KIB = 144
+_QUANTITY_UNITS = {
+    "": 1,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+}
+
+
+def proxy_memory_needed(max_clients: int) -> int:
+    """Bytes tinyproxy may use with `max_clients` connections each at its worst (a stalled transfer)."""
+    return (PROXY_BASE_MEMORY_KIB + max_clients * PROXY_MEMORY_PER_CONNECTION_KIB) * 1024
+
+
+def default_proxy_memory_limit(max_clients: int) -> str:
+    """The proxy container's default memory limit: what `max_clients` connections need, a quarter more, in whole
+    32 MiB steps (192Mi for the default 1024), so that no mix of clients within maxClients gets it OOM-killed."""
+    step = 32 * 2**20
+    return f"{-(-proxy_memory_needed(max_clients) * 5 // 4 // step) * 32}Mi"
+
+
+def quantity_bytes(quantity: str) -> int:
+    """A memory quantity (`192Mi`, `1G`, `134217728`) in bytes; `m` (milli) is taken as a thousandth."""
+    match = re.match(r"^([0-9]+(?:\.[0-9]+)?)(m|Ki|Mi|Gi|Ti|k|M|G|T)?$", quantity)
+    if not match:
+        raise ValueError(f"{quantity!r} is not a Kubernetes quantity (expected e.g. 64Mi)")
+    number, unit = float(match.group(1)), match.group(2) or ""
+    return int(number / 1000) if unit == "m" else int(number * _QUANTITY_UNITS[unit])
+
+
 class Resources(_Model):
-    """Container requests and limits, in Kubernetes quantity syntax (numbers are accepted, as `cpu: 1`)."""
+    """Container requests and limits, in Kubernetes quantity syntax (numbers are accepted, as `cpu: 1`).
+
+    The proxy's memory limit defaults to what `deployment.maxClients` connections need (192Mi for 1024)."""
 
     requests: dict[ResourceName, Quantity] = Field(default_factory=lambda: _quantities("10m", "32Mi"))
-    limits: dict[ResourceName, Quantity] = Field(default_factory=lambda: _quantities("500m", "128Mi"))
+    limits: dict[ResourceName, Quantity] = Field(default_factory=lambda: _quantities_cpu("500m"))
 
     @field_validator("requests", "limits")
     @classmethod
@@ -745,6 +790,12 @@ def _deny_pattern(pattern: str) -> str:
 DenyPattern = Annotated[str, AfterValidator(_deny_pattern)]
 
 
+# One pod's fair share of the proxy (docs/guides/security.md): 64 open connections, 1/16 of the default maxClients,
+# and 100 new ones a second (bursts of 200). The kernel counts them per source address.
+DEFAULT_CONNECTIONS_PER_CLIENT = 64
+DEFAULT_NEW_CONNECTIONS_PER_SECOND = 100
+
+
 class FirewallSettings(_Model):
     """Kernel rules that stop tinyproxy from reaching the node itself, link-local and metadata addresses.
 
@@ -770,6 +821,21 @@ class FirewallSettings(_Model):
         default=False,
         description="Let tinyproxy reach the cluster's pod, service and node ranges; by default they are refused, "
         "since tinyproxy on the node's network would let a pod past its NetworkPolicy (those calls belong in NO_PROXY).",
+    )
+    max_connections_per_client: int = Field(
+        default=DEFAULT_CONNECTIONS_PER_CLIENT,
+        ge=0,
+        le=65535,
+        description="Open connections to the proxy's port that one source address (a pod) may hold; the kernel "
+        "refuses more with a TCP reset. 0: no limit, and one pod can take every one of maxClients. The node's own "
+        "processes (loopback: the kubelet's probes) are exempt.",
+    )
+    new_connections_per_client_per_second: int = Field(
+        default=DEFAULT_NEW_CONNECTIONS_PER_SECOND,
+        ge=0,
+        le=100000,
+        description="New connections per second that one source address may open to the proxy's port, with bursts "
+        "of twice as many; the kernel refuses more with a TCP reset. 0: no limit.",
     )
 
     @field_validator("deny_cidrs")
@@ -1045,7 +1111,14 @@ class DeploymentSettings(_Model):
     allowed_source_cidrs: list[SourceRange] = Field(default_factory=list)
     connect_ports: list[Port] = Field(default_factory=lambda: [443])
     internal_traffic_policy: Literal["Cluster", "Local"] = "Cluster"
-    max_clients: int = Field(default=1024, ge=1, le=65535)
+    max_clients: int = Field(
+        default=1024,
+        ge=1,
+        le=65535,
+        description="tinyproxy's MaxClients: connections served at once. The memory limit defaults to what this many "
+        "need (144 KiB each, measured), and the kernel keeps an eighth (at most 32) of them for the node's own "
+        "processes, the kubelet's probes.",
+    )
     deny_destinations: list[DenyPattern] = Field(
         default_factory=lambda: list(DEFAULT_DENY),
         description="Extended regular expressions over the request's host that tinyproxy refuses (its Filter).",
@@ -1078,6 +1151,13 @@ class DeploymentSettings(_Model):
         description="The proxy's PriorityClass: system-node-critical (it is every node's egress), another class, or "
         "'' for none. Outside kube-system a cluster may refuse system-* classes without a ResourceQuota (GKE).",
     )
+
+    @property
+    def limits(self) -> dict[ResourceName, str]:
+        """Both containers' limits: `resources.limits`, the memory limit defaulting to what maxClients needs."""
+        limits = dict(self.resources.limits)
+        limits.setdefault("memory", default_proxy_memory_limit(self.max_clients))
+        return dict(sorted(limits.items()))
 
     @property
     def required_node_terms(self) -> list[NodeSelectorTerm]:

@@ -4,7 +4,7 @@
 #   rootfs.sh extract ROOT   mmdebstrap's --extract-hook: the packages were only extracted (--variant=extract: no
 #                            maintainer script ran, no dpkg or apt is installed), their .debs are still there.
 #                            Checks they are exactly the pinned list (IMAGE_LOCK), or writes that list
-#                            (IMAGE_LOCK_OUT); writes /var/lib/dpkg/status from the packages' own control fields,
+#                            (IMAGE_LOCK_OUT; IMAGE_ARCH is the native architecture); writes /var/lib/dpkg/status from the packages' own control fields,
 #                            so that scanners and SBOM tools (syft, trivy, grype) and `dpkg-query --admindir` see
 #                            what is inside.
 #   rootfs.sh finish ROOT    after mmdebstrap: links the busybox applets that the probe pods and the firewall init
@@ -17,7 +17,10 @@ step=${1:?extract or finish} root=${2:?the root directory}
 archives="$root/var/cache/apt/archives"
 
 extract() {
-  list=$(for deb in "$archives"/*.deb; do dpkg-deb -f "$deb" Package Version | paste -sd= | sed 's/^Package: //; s/=Version: /=/'; done | sort)
+  # name=version, or name:arch=version for a package of another architecture than IMAGE_ARCH (the build root's
+  # arm64 libc6-dev).
+  list=$(for deb in "$archives"/*.deb; do dpkg-deb -f "$deb" Package Architecture Version | sed 's/^[A-Za-z]*: //' | paste -sd' '; done \
+    | awk -v native="${IMAGE_ARCH:-}" '{ print (native == "" || $2 == "all" || $2 == native ? $1 : $1 ":" $2) "=" $3 }' | sort)
   if [ -n "${IMAGE_LOCK_OUT:-}" ]; then
     printf '%s\n' "$list" >"$IMAGE_LOCK_OUT"
   else

@@ -646,4 +646,27 @@ def _container_problem(
                 f"has proxy-component's {variable} but its runtimes do not select {runtime}: injected before "
                 "runtimes were opt-in (recreate its pods, or select the runtime)"
             )
-    return ""
+    return _own_variables(env)
+
+
+_NPM_PROXY_VARIABLES = ("npm_config_http_proxy", "npm_config_https_proxy", "npm_config_proxy", "npm_config_no_proxy")
+
+
+def _own_variables(env: dict[str, Any]) -> str:
+    """Variables a container sets itself that change what some clients do with the proxy env (the client suites of
+    tests/fixtures/client_suites): npm's for proxy-from-env 1, REQUEST_METHOD for Go, Python and Ruby."""
+    npm = [name for name in env if name.lower() in _NPM_PROXY_VARIABLES]
+    causes = []
+    if npm:
+        causes.append(
+            f"sets {', '.join(npm)}, which proxy-from-env 1 reads ahead of the proxy env "
+            "(npm_config_no_proxy ahead of NO_PROXY)"
+        )
+    if "REQUEST_METHOD" in env:
+        causes.append(
+            "sets REQUEST_METHOD, which marks a CGI process: Go then refuses HTTP_PROXY, Python's clients drop it and "
+            "Ruby reads CGI_HTTP_PROXY instead"
+        )
+    if not causes:
+        return ""
+    return "; ".join(causes) + " (proxy-component explain --env NAME=VALUE shows what each client then does)"

@@ -27,6 +27,7 @@ __all__ = [
     "image_pull_secrets",
     "ip_family_fields",
     "labels",
+    "loopback_reserve",
     "node_selector",
     "probe",
     "restricted_security_context",
@@ -45,6 +46,7 @@ FILTER_KEY = "filter"
 FIREWALL_KEY = "nftables.conf"
 FIREWALL_TABLE = "proxy-component"
 FIREWALL_CHAIN = "tinyproxy-egress"
+CLIENTS_CHAIN = "tinyproxy-clients"
 CONTROL_PLANE_LABEL = "node-role.kubernetes.io/control-plane"
 
 
@@ -151,7 +153,8 @@ def firewall_rules(settings: Settings, network: NetworkValues | None = None) -> 
     so answers too large for UDP still arrive, and the upstream proxy's address
     and port when the URL gives an address. Other processes on the node are
     untouched. Loading the file replaces the table whole, so a restart or a new
-    setting never stacks rules.
+    setting never stacks rules. A second chain (`_client_limits`) gives each
+    source address a fair share of tinyproxy's port.
     """
     d = settings.deployment
     uid = f"meta skuid {d.run_as_user}"
@@ -192,8 +195,57 @@ def firewall_rules(settings: Settings, network: NetworkValues | None = None) -> 
     refuse(
         "The cluster's pod, service and node ranges: pods call those directly.", settings.cluster_destinations(network)
     )
-    lines += ["  }", "}"]
+    lines += ["  }", *_client_limits(settings), "}"]
     return "\n".join(lines) + "\n"
+
+
+def loopback_reserve(max_clients: int) -> int:
+    """tinyproxy's connections kept for the node's own processes (the kubelet's probes, over loopback): the kernel
+    refuses other sources once `max_clients` less these are open, so that a busy proxy still answers its probes."""
+    return min(32, max_clients // 8)
+
+
+def _client_limits(settings: Settings) -> list[str]:
+    """The `tinyproxy-clients` chain: each source address's share of tinyproxy's port, judged by the kernel before
+    tinyproxy accepts (a TCP reset, never a hung connection). Meters, not declared sets: nft 1.0.6 (a node's
+    kube-proxy may run it) crashes listing a declared set that a newer nft made, and lists a meter's fine."""
+    d = settings.deployment
+    port = f"tcp dport {d.port}"
+    new = f"{port} ct state new"
+    reject = "counter reject with tcp reset"
+    per_client = d.firewall.max_connections_per_client
+    rate = d.firewall.new_connections_per_client_per_second
+    reserve = loopback_reserve(d.max_clients)
+    lines = [
+        f"  chain {CLIENTS_CHAIN} {{",
+        "    type filter hook input priority filter; policy accept;",
+        "    # The node's own processes, the kubelet's probes among them, are never limited.",
+        f'    {port} iif "lo" accept',
+    ]
+    if per_client:
+        lines.append(
+            f"    # At most {per_client} open connections per source address (firewall.maxConnectionsPerClient)."
+        )
+        lines += [
+            f"    {new} meter clients{v} size 65535 {{ {kw} saddr ct count over {per_client} }} {reject}"
+            for v, kw in ((4, "ip"), (6, "ip6"))
+        ]
+    if rate:
+        lines.append(
+            f"    # At most {rate} new connections a second per source address, bursts of {2 * rate} "
+            "(firewall.newConnectionsPerClientPerSecond)."
+        )
+        lines += [
+            f"    {new} meter rate{v} size 65535 {{ {kw} saddr limit rate over {rate}/second burst {2 * rate} packets }}"
+            f" {reject}"
+            for v, kw in ((4, "ip"), (6, "ip6"))
+        ]
+    if reserve:
+        lines += [
+            f"    # {reserve} of maxClients ({d.max_clients}) kept for loopback: the probes pass while pods hold the rest.",
+            f"    {new} ct count over {d.max_clients - reserve} {reject}",
+        ]
+    return [*lines, "  }"]
 
 
 def firewall_command(settings: Settings) -> list[str]:
@@ -342,7 +394,7 @@ def daemonset(settings: Settings, digest: Any) -> Obj:
                             "livenessProbe": {**probe(settings), "initialDelaySeconds": 10},
                             "resources": {
                                 "requests": dict(d.resources.requests),
-                                "limits": dict(d.resources.limits),
+                                "limits": d.limits,
                             },
                             "securityContext": restricted_security_context(),
                             "volumeMounts": [{"name": "config", "mountPath": d.config_dir, "readOnly": True}],
@@ -450,7 +502,7 @@ def _firewall_container(settings: Settings) -> Obj:
         "image": d.firewall.image,
         "imagePullPolicy": d.image_pull_policy,
         "command": firewall_command(settings),
-        "resources": {"requests": dict(d.resources.requests), "limits": dict(d.resources.limits)},
+        "resources": {"requests": dict(d.resources.requests), "limits": d.limits},
         "securityContext": {
             "runAsUser": 0,
             "runAsGroup": 0,

@@ -328,10 +328,11 @@ def test_the_init_containers_nft_table_is_loaded_in_the_nodes_network_namespace(
     real: RealNode, example: Project
 ) -> None:
     # Listed with the host's own nft (Debian 12's 1.0.6, older than the image's 1.1.3 that loaded it), in the node's
-    # network: the table holds no named set, which that nft would crash on.
+    # network: the table holds no declared set, which that nft would crash on (the client limits' meters list fine).
     pid = _tinyproxy_pid(real)
     table = run("nsenter", "-t", str(pid), "-n", "nft", "list", "table", "inet", "proxy-component").stdout
     assert "chain tinyproxy-egress" in table
+    assert "add @clients6 { ip6 saddr ct count over 64 }" in table, table
     assert "meta skuid 61888" in table
     assert f"meta skuid 61888 ip6 daddr {NODE6} tcp dport 53 counter" in table, table
     assert "proxy-component" not in run("nft", "list", "tables").stdout, "nothing on the host itself"

@@ -103,3 +103,80 @@ def test_a_real_jvm_with_the_rendered_jdk_java_options_does_what_is_intended(nam
     assert not wrong, wrong
     assert real["http://github.com/"] == "proxy"
     assert real[f"http://my-svc.{settings.namespaces[0]}.svc/"] == "bypass"
+
+
+# What the clients' own test suites showed the model lacked (tests/fixtures/client_suites), on the real clients:
+# ALL_PROXY, npm_config_*, CGI, trailing dots, punycode, port 0, undici's https fallback, aiohttp's https:// proxy.
+# Port 0 is left to the decision-function clients: a traffic-based client cannot connect to port 0 at all.
+_P = "http://proxy.example:3128"
+_SUITE_FIXES: list[tuple[dict[str, str], list[str], list[str]]] = [
+    (
+        {"http_proxy": _P, "no_proxy": "*.example"},
+        ["http://example/", "http://sub.example/"],
+        ["node-undici", "node-undici-7"],
+    ),
+    (
+        {"http_proxy": _P, "https_proxy": "", "NODE_USE_ENV_PROXY": "1"},
+        ["https://example.com/"],
+        ["node-undici", "node-undici-7", "node-fetch", "node-http"],
+    ),
+    (
+        {"ALL_PROXY": _P},
+        ["http://example.com/", "https://example.com/"],
+        [
+            "node-proxy-from-env",
+            "node-proxy-from-env-1",
+            "python-requests",
+            "python-httpx",
+            "curl",
+            "python-urllib",
+            "go",
+        ],
+    ),
+    ({"all_proxy": _P, "https_proxy": ""}, ["https://example.com/"], ["python-requests", "python-httpx", "curl"]),
+    ({"npm_config_http_proxy": _P}, ["http://example.com/"], ["node-proxy-from-env-1", "node-proxy-from-env", "npm"]),
+    (
+        {"HTTP_PROXY": _P, "NO_PROXY": "otherwebsite", "npm_config_no_proxy": "example"},
+        ["http://example/", "http://otherwebsite/"],
+        ["node-proxy-from-env-1", "node-proxy-from-env"],
+    ),
+    (
+        {"HTTP_PROXY": _P, "NO_PROXY": "example:80"},
+        ["http://example:0/"],
+        ["node-proxy-from-env-1", "node-proxy-from-env"],
+    ),
+    (
+        {"HTTP_PROXY": _P, "REQUEST_METHOD": "GET"},
+        ["http://example.com/"],
+        ["go", "python-urllib", "python-requests", "python-httpx", "python-aiohttp", "ruby"],
+    ),
+    ({"CGI_HTTP_PROXY": _P, "REQUEST_METHOD": "GET"}, ["http://example.com/"], ["ruby"]),
+    ({"https_proxy": "https://proxy.example:3128"}, ["https://example.com/"], ["python-aiohttp"]),
+    ({"HTTP_PROXY": _P, "NO_PROXY": ".示例.com"}, ["http://www.示例.com/"], ["go"]),
+    (
+        {"http_proxy": _P, "no_proxy": "example.com"},
+        ["http://www.example.com./", "http://example.com./"],
+        ["curl", "node-undici", "python-requests"],
+    ),
+    ({"http_proxy": _P, "no_proxy": "example.com."}, ["http://www.example.com/"], ["curl", "node-undici"]),
+    # A fully qualified in-cluster name with its root dot, without and with the dotted entries (explain's advice).
+    *(
+        (
+            {"http_proxy": _P, "HTTP_PROXY": _P, "no_proxy": v, "NO_PROXY": v, "NODE_USE_ENV_PROXY": "1"},
+            ["http://kubernetes.default.svc.cluster.local./"],
+            list(REAL_CLIENTS),
+        )
+        for v in ("cluster.local", "cluster.local,.cluster.local,cluster.local.,.cluster.local.")
+    ),
+]
+
+
+@pytest.mark.parametrize(("env", "urls", "clients"), _SUITE_FIXES, ids=[str(sorted(e)) for e, _, _ in _SUITE_FIXES])
+def test_the_client_suite_fixes_agree_with_the_real_clients(
+    env: dict[str, str], urls: list[str], clients: list[str]
+) -> None:
+    from proxy_component.clients import decide
+
+    real = decide_many(env, urls, tuple(clients))
+    differ = [(c, u, real[c][u], decide(c, env, u)) for c in clients for u in urls if real[c][u] != decide(c, env, u)]
+    assert not differ, differ

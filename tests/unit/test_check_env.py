@@ -91,3 +91,17 @@ def test_no_proxy_with_what_httpx_raises_on_is_reported() -> None:
         "no_proxy holds [::1], fd00:10:244::/56, on which httpx raises InvalidURL when a client is created "
         "(proxy-component gives no_proxy the Python-safe list: re-apply its env and recreate its pods)"
     )
+
+
+def test_variables_the_container_sets_itself_that_change_a_clients_decision() -> None:
+    """npm's npm_config_* (proxy-from-env 1 reads them first) and REQUEST_METHOD (CGI: Go refuses HTTP_PROXY)."""
+    six = dict(env_pairs(VALUES.select(set())))
+    assert _problem(set(), {**six, "npm_config_no_proxy": "example.com"}) == (
+        "sets npm_config_no_proxy, which proxy-from-env 1 reads ahead of the proxy env "
+        "(npm_config_no_proxy ahead of NO_PROXY) (proxy-component explain --env NAME=VALUE shows what each client "
+        "then does)"
+    )
+    both = _problem(set(), {**six, "NPM_CONFIG_PROXY": "http://other:3128", "REQUEST_METHOD": "GET"})
+    assert both.startswith("sets NPM_CONFIG_PROXY, which proxy-from-env 1")
+    assert "; sets REQUEST_METHOD, which marks a CGI process: Go then refuses HTTP_PROXY" in both
+    assert _problem(set(), {**six, "ALL_PROXY": "http://other:3128"}) == "", "the rendered variables come first"

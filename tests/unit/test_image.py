@@ -19,7 +19,16 @@ from types import ModuleType
 
 import pytest
 
-from proxy_component.image import DEFAULT_IMAGE, REPOSITORY, TINYPROXY_DEBIAN_VERSION, USER_ID, tag_for
+from proxy_component.image import (
+    DEFAULT_IMAGE,
+    REPOSITORY,
+    TINYPROXY_ARCHIVE,
+    TINYPROXY_COMMIT,
+    TINYPROXY_SHA256,
+    TINYPROXY_VERSION,
+    USER_ID,
+    tag_for,
+)
 from proxy_component.probe import probe_pod
 from proxy_component.settings import image_is_mutable, parse_settings
 
@@ -54,7 +63,7 @@ def test_a_version_that_makes_no_tag_is_refused_by_name(version: str) -> None:
 
 def test_both_containers_and_the_probe_pods_default_to_the_projects_image() -> None:
     settings = parse_settings({"cluster": CLUSTER})
-    assert DEFAULT_IMAGE == "ghcr.io/proxy-component/proxy:1.11.2-1"
+    assert DEFAULT_IMAGE == "ghcr.io/proxy-component/proxy:1.11.3-git-364cdb6-pc1"
     assert settings.deployment.image == settings.deployment.firewall.image == DEFAULT_IMAGE
     # the image's user (scripts/image reads USER_ID too) is the UID the settings run tinyproxy and the probes as
     assert settings.deployment.run_as_user == USER_ID == 61888
@@ -76,14 +85,35 @@ def _pins(arch: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("arch", ["amd64", "arm64"])
 def test_scripts_image_builds_the_reference_the_settings_default_to(arch: str) -> None:
-    """scripts/image takes the repository and tag from proxy_component/image.py and checks its pins against it."""
+    """scripts/image takes the repository and tag from proxy_component/image.py; the Debian pins hold no tinyproxy,
+    which is built from upstream's source."""
     done = subprocess.run(
         ["bash", str(ROOT / "scripts/image"), "ref", arch], capture_output=True, text=True, check=False
     )
     assert (done.returncode, done.stdout, done.stderr) == (0, f"{DEFAULT_IMAGE}\n", "")
-    # tinyproxy's source version: the pin of tinyproxy-bin without a binary-only rebuild's +bN
-    assert re.sub(r"\+b[0-9]+$", "", _pins(arch)["tinyproxy-bin"]) == TINYPROXY_DEBIAN_VERSION
-    assert {"tinyproxy-bin", "nftables", "busybox", "libc6"} <= set(_pins(arch))
+    assert {"nftables", "busybox", "libc6"} <= set(_pins(arch))
+    assert not [name for name in _pins(arch) if name.startswith("tinyproxy")]
+
+
+def test_the_tag_names_upstreams_commit_and_the_archive_is_the_pinned_one() -> None:
+    """The version (and so the tag) names upstream's commit; the shared archive of that commit has the pinned
+    digest, and it is the one tinyproxy-sources' README lists for that commit."""
+    assert f"1.11.3-git-{TINYPROXY_COMMIT[:7]}-pc1" == TINYPROXY_VERSION
+    assert DEFAULT_IMAGE.endswith(f":{tag_for(TINYPROXY_VERSION)}")
+    sources = ROOT.parent / "shared" / "tinyproxy-sources"
+    assert hashlib.sha256((sources / TINYPROXY_ARCHIVE).read_bytes()).hexdigest() == TINYPROXY_SHA256
+    assert f"{TINYPROXY_SHA256}  {TINYPROXY_ARCHIVE}" in (sources / "SHA256SUMS").read_text()
+    assert f"| {TINYPROXY_ARCHIVE} | {TINYPROXY_COMMIT} |" in (sources / "README.md").read_text()
+
+
+def test_the_build_root_pins_the_images_libc_for_both_architectures() -> None:
+    """tinyproxy links against the image's own libc: the build root's libc6-dev (and arm64's) is the image's libc6."""
+    lines = (ROOT / "images/proxy/build-packages").read_text().splitlines()
+    build = dict(line.split("=", 1) for line in lines if line and not line.startswith("#"))
+    for arch in ("amd64", "arm64"):
+        libc = _pins(arch)["libc6"]
+        assert build["libc6-dev" if arch == "amd64" else "libc6-dev:arm64"] == libc
+    assert {"gcc", "gcc-aarch64-linux-gnu", "autoconf", "automake", "make", "patch"} <= set(build)
 
 
 def test_the_pins_of_both_architectures_share_one_epoch() -> None:
@@ -94,19 +124,20 @@ def test_the_pins_of_both_architectures_share_one_epoch() -> None:
     assert len(epochs) == 1, epochs
 
 
-def test_scripts_image_refuses_pins_that_disagree_with_the_tag(tmp_path: Path) -> None:
-    """A pin file whose tinyproxy-bin is not the version the tag names stops the build before anything is built."""
+def test_scripts_image_refuses_pins_that_bring_a_debian_tinyproxy(tmp_path: Path) -> None:
+    """A pin file with Debian's tinyproxy would list a second tinyproxy, and its version, in the image's package
+    database: the build stops before anything is built."""
     checkout = tmp_path / "checkout"
     for part in ("scripts/image", "proxy_component/image.py", "images/proxy/packages.amd64"):
         (checkout / part).parent.mkdir(parents=True, exist_ok=True)
         (checkout / part).write_text((ROOT / part).read_text())
     pins = checkout / "images/proxy/packages.amd64"
-    pins.write_text(pins.read_text().replace("tinyproxy-bin=1.11.2-1", "tinyproxy-bin=1.11.3-1"))
+    pins.write_text(pins.read_text() + "tinyproxy-bin=1.11.2-1\n")
     done = subprocess.run(["bash", str(checkout / "scripts/image"), "ref", "amd64"], capture_output=True, text=True)
     assert done.returncode == 1
     assert done.stderr == (
-        "scripts/image: images/proxy/packages.amd64 pins tinyproxy-bin 1.11.3-1 but proxy_component/image.py's "
-        "TINYPROXY_DEBIAN_VERSION is 1.11.2-1 (the tag): make them agree\n"
+        "scripts/image: images/proxy/packages.amd64 pins tinyproxy-bin=1.11.2-1, but the image's tinyproxy is built "
+        "from upstream's source (proxy_component/image.py's TINYPROXY_COMMIT): remove it\n"
     )
 
 
@@ -169,14 +200,16 @@ def test_the_oci_writer_gives_the_same_archive_for_the_same_root(tmp_path: Path)
     assert config["rootfs"]["diff_ids"] == ["sha256:" + hashlib.sha256(rootfs.read_bytes()).hexdigest()]
 
 
-def _deb(archives: Path, name: str, version: str) -> None:
+def _deb(archives: Path, name: str, version: str, arch: str = "all") -> None:
     """A real, empty .deb of `name` at `version` (dpkg-deb --build), as apt leaves them for the extract hook."""
-    tree = archives.parent / f"tree-{name}"
+    tree = archives.parent / f"tree-{name}-{arch}"
     (tree / "DEBIAN").mkdir(parents=True)
     (tree / "DEBIAN/control").write_text(
-        f"Package: {name}\nVersion: {version}\nArchitecture: all\nMaintainer: t <t@example.org>\nDescription: t\n"
+        f"Package: {name}\nVersion: {version}\nArchitecture: {arch}\nMaintainer: t <t@example.org>\nDescription: t\n"
     )
-    subprocess.run(["dpkg-deb", "--build", str(tree), str(archives / f"{name}.deb")], check=True, capture_output=True)
+    subprocess.run(
+        ["dpkg-deb", "--build", str(tree), str(archives / f"{name}_{arch}.deb")], check=True, capture_output=True
+    )
 
 
 @pytest.fixture
@@ -215,3 +248,22 @@ def test_the_extract_step_refuses_packages_that_are_not_the_pins(extracted: Path
         "  got:    tinyproxy-bin=1.11.2-1\n"
     )
     assert not (extracted / "var/lib/dpkg/status").exists()
+
+
+def test_the_extract_step_names_a_package_of_another_architecture_with_it(tmp_path: Path) -> None:
+    """The build root holds amd64 and arm64 packages of one name (libc6-dev): the lock tells them apart."""
+    archives = tmp_path / "root/var/cache/apt/archives"
+    archives.mkdir(parents=True)
+    _deb(archives, "libc6-dev", "2.41-12+deb13u5", "amd64")
+    _deb(archives, "libc6-dev", "2.41-12+deb13u5", "arm64")
+    _deb(archives, "autoconf", "2.72-3.1")
+    out = tmp_path / "lock"
+    done = subprocess.run(["sh", str(ROOT / "images/proxy/rootfs.sh"), "extract", str(tmp_path / "root")],
+                          env={"PATH": "/usr/bin:/bin", "IMAGE_LOCK_OUT": str(out), "IMAGE_ARCH": "amd64"},
+                          capture_output=True, text=True)  # fmt: skip
+    assert (done.returncode, done.stderr) == (0, "")
+    assert out.read_text().splitlines() == [
+        "autoconf=2.72-3.1",
+        "libc6-dev:arm64=2.41-12+deb13u5",
+        "libc6-dev=2.41-12+deb13u5",
+    ]

@@ -139,6 +139,16 @@ def test_targets_and_their_requests() -> None:
     assert 'timeout -s KILL 5 nc "$PROXY_HOST" 8888' in script
 
 
+@pytest.mark.parametrize("server", ["tinyproxy/1.11.2", "tinyproxy"])
+def test_tinyproxys_own_refusal_is_known_by_its_server_header_with_or_without_a_version(server: str) -> None:
+    """tinyproxy up to 1.11.2 sends `Server: tinyproxy/VERSION`; upstream's master (the image's build) `tinyproxy`."""
+    (https,) = parse_targets(["https://registry.example/"])
+    body = b"<html><body><h1>Access denied</h1><p>The administrator of this proxy has not configured it</p></body>"
+    answer = Transcript(b"HTTP/1.1 403 Access denied\r\nServer: " + server.encode() + b"\r\n\r\n" + body, "")
+    result = classify("n", https, answer, wait=5, tls=tls_client("registry.example", None), upstream=True)
+    assert result.outcome == "not-allowed", result
+
+
 def test_an_upstreams_own_refusal_and_an_incomplete_answer() -> None:
     (https,) = parse_targets(["https://registry.example/"])
     tls = tls_client("registry.example", None)

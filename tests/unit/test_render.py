@@ -161,7 +161,67 @@ def test_numbers_are_quantities_as_kubernetes_reads_them() -> None:
 
 
 def _rules(settings: Settings, network: NetworkValues | None = None) -> list[str]:
-    return [line.strip() for line in firewall_rules(settings, network).splitlines()]
+    """The egress chain's lines (the client limits' chain follows it: `_client_rules`)."""
+    lines = [line.strip() for line in firewall_rules(settings, network).splitlines()]
+    return [*lines[: lines.index("chain tinyproxy-clients {")], "}"]
+
+
+def _client_rules(settings: Settings) -> list[str]:
+    lines = [line.strip() for line in firewall_rules(settings).splitlines()]
+    chain = lines[lines.index("chain tinyproxy-clients {") :]
+    return [line for line in chain[: chain.index("}")] if line and not line.startswith("#")]
+
+
+def test_each_client_gets_a_fair_share_of_the_proxys_port_and_loopback_a_reserve() -> None:
+    """Per source address: 64 open connections and 100 new ones a second (bursts of 200); others beyond maxClients
+    less loopback's reserve. Meters, never declared sets (nft 1.0.6 lists those only), and the settings change them."""
+    new = "tcp dport 8888 ct state new"
+    reject = "counter reject with tcp reset"
+    assert _client_rules(parse_settings({"cluster": CLUSTER})) == [
+        "chain tinyproxy-clients {",
+        "type filter hook input priority filter; policy accept;",
+        'tcp dport 8888 iif "lo" accept',
+        f"{new} meter clients4 size 65535 {{ ip saddr ct count over 64 }} {reject}",
+        f"{new} meter clients6 size 65535 {{ ip6 saddr ct count over 64 }} {reject}",
+        f"{new} meter rate4 size 65535 {{ ip saddr limit rate over 100/second burst 200 packets }} {reject}",
+        f"{new} meter rate6 size 65535 {{ ip6 saddr limit rate over 100/second burst 200 packets }} {reject}",
+        f"{new} ct count over 992 {reject}",
+    ]
+    changed = parse_settings(
+        {
+            "cluster": CLUSTER,
+            "deployment": {
+                "port": 3129,
+                "maxClients": 200,
+                "firewall": {"maxConnectionsPerClient": 10, "newConnectionsPerClientPerSecond": 0},
+            },
+        }
+    )
+    assert _client_rules(changed)[2:] == [
+        'tcp dport 3129 iif "lo" accept',
+        f"tcp dport 3129 ct state new meter clients4 size 65535 {{ ip saddr ct count over 10 }} {reject}",
+        f"tcp dport 3129 ct state new meter clients6 size 65535 {{ ip6 saddr ct count over 10 }} {reject}",
+        f"tcp dport 3129 ct state new ct count over 175 {reject}",
+    ]
+    off = parse_settings(
+        {"cluster": CLUSTER, "deployment": {"maxClients": 7, "firewall": {"maxConnectionsPerClient": 0,
+                                                                          "newConnectionsPerClientPerSecond": 0}}}
+    )  # fmt: skip
+    assert _client_rules(off)[2:] == ['tcp dport 8888 iif "lo" accept']
+    assert not [line for line in firewall_rules(off).splitlines() if line.strip().startswith("set ")]
+
+
+def test_the_memory_limit_follows_max_clients_unless_set() -> None:
+    """144 KiB a connection at worst (bench/bench_proxy_memory.py), 4 MiB besides, a quarter more, in 32 MiB steps."""
+    assert parse_settings({"cluster": CLUSTER}).deployment.limits == {"cpu": "500m", "memory": "192Mi"}
+    assert parse_settings({"cluster": CLUSTER, "deployment": {"maxClients": 256}}).deployment.limits["memory"] == "64Mi"
+    assert (
+        parse_settings({"cluster": CLUSTER, "deployment": {"maxClients": 4096}}).deployment.limits["memory"] == "736Mi"
+    )
+    own = parse_settings({"cluster": CLUSTER, "deployment": {"resources": {"limits": {"memory": "1Gi"}}}})
+    assert own.deployment.limits == {"memory": "1Gi"}
+    container = daemonset(parse_settings({"cluster": CLUSTER}), "d")["spec"]["template"]["spec"]["containers"][0]
+    assert container["resources"]["limits"] == {"cpu": "500m", "memory": "192Mi"}
 
 
 def test_the_firewall_refuses_the_cluster_ranges_unless_allowed() -> None:
@@ -245,8 +305,8 @@ def test_images_are_versioned_and_pulled_if_not_present_by_default() -> None:
     containers = [*pod["initContainers"], *pod["containers"]]
     # One image, the project's own (scripts/image), for the firewall init container and tinyproxy.
     assert [c["image"] for c in containers] == [
-        "ghcr.io/proxy-component/proxy:1.11.2-1",
-        "ghcr.io/proxy-component/proxy:1.11.2-1",
+        "ghcr.io/proxy-component/proxy:1.11.3-git-364cdb6-pc1",
+        "ghcr.io/proxy-component/proxy:1.11.3-git-364cdb6-pc1",
     ]
     assert {c["imagePullPolicy"] for c in containers} == {"IfNotPresent"}
     assert not any(image_is_mutable(c["image"]) for c in containers)
