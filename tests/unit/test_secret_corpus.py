@@ -3,9 +3,9 @@
 Every single-character deletion, duplication and substitution (by `:`, `/`, `@`, `;` and a few others) of each
 `:`, `/` and `@` and of each letter of the scheme, in credentialed proxy URLs (the upstream's, with a plain and
 with a percent-encoded password, and the pods' `httpProxy`), goes through every command that reads settings:
-`render` (to stdout and with `-o`), `no-proxy`, `explain` and `check` (no cluster: it fails after the settings),
-each from a file and with `--stack` (the Pulumi CLI's config output stood in for: `layers.read_stack` runs as it
-does). The password, decoded, percent-encoded and in any letter case, is in no stdout, no stderr and no written
+`render`, `no-proxy`, `explain` and `check` (no cluster: it fails after the settings), each from a file (`render
+-o`, whose files are read too) and with `--stack` (`render` to stdout; the Pulumi CLI's config output stood in
+for, `layers.read_stack` runs as it does). The password, decoded, percent-encoded and in any letter case, is in no stdout, no stderr and no written
 file; a URL that is still valid renders it only in Secrets. Pydantic's own error text never carries it. A URL
 whose user name may hold the password, and an upstream without a port, get their warning from every command.
 A sample runs as real processes: the installed command, and a stand-in `pulumi` on PATH for `--stack`.
@@ -118,9 +118,11 @@ def _fake_pulumi(monkeypatch: pytest.MonkeyPatch, data: dict[str, Any]) -> None:
 
 
 def _commands(source: list[str], out: Path) -> list[list[str]]:
+    """Each command that reads settings; `render` to files from a file, to stdout from a stack (one run of it per
+    form: the corpus's valid URLs, which render every object, are most of its time)."""
+    render = ["render", *source, "-o", str(out)] if source[0] != "--stack" else ["render", *source]
     return [
-        ["render", *source],
-        ["render", *source, "-o", str(out)],
+        render,
         ["no-proxy", *source],
         ["explain", *source],
         ["check", *source, "--kubeconfig", str(out.parent / "no-kubeconfig")],
@@ -200,7 +202,7 @@ SAMPLE = ("del31", "sub16x3b")
 
 def test_the_installed_command_prints_no_password_of_a_sample(tmp_path: Path) -> None:
     """The sample through the command as a user runs it, `--stack` through a stand-in `pulumi` on PATH: every
-    command but `render` to stdout from a file, and `render` (both ways) and `no-proxy` from the stack."""
+    command from a file, `render` and `no-proxy` from the stack."""
     field, url, password = BASES[0]
     edits = dict(_mutations(url))
     command = Path(sys.executable).parent / "proxy-component"
@@ -219,7 +221,7 @@ def test_the_installed_command_prints_no_password_of_a_sample(tmp_path: Path) ->
         valid = label == "sub16x3b"
         file_form = _commands([str(case / "proxy.yaml")], case / "out-file")
         stack_form = _commands(["--stack", STACK, "--cwd", str(case)], case / "out-stack")
-        for argv in [*file_form[1:], *stack_form[:3]]:
+        for argv in [*file_form, *stack_form[:2]]:
             result = subprocess.run([str(command), *argv], capture_output=True, text=True, env=env, check=False)
             assert "Traceback" not in result.stderr
             assert _leaks(result.stderr, password) == [], (label, argv, result.stderr)
