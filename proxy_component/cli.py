@@ -17,6 +17,7 @@ import yaml
 
 from .layers import Layered, read_stack
 from .noproxy import NoProxyError
+from .redaction import mask_url
 from .render import capi_manifests, capi_patches, manifests, plain_values
 from .render.admission import admission_objects
 from .render.helm import PROFILES, RENAMED, UnknownProfileError, profile_values, values_yaml
@@ -324,7 +325,9 @@ def _own_env(pairs: Sequence[str]) -> dict[str, str]:
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep or not name or any(ch.isspace() for ch in name):
-            raise ValueError(f"--env: {pair!r} is not NAME=VALUE (expected e.g. ALL_PROXY=http://proxy.corp:3128)")
+            raise ValueError(  # masked: the value is often a proxy URL, and may hold its password
+                f"--env: {mask_url(pair)!r} is not NAME=VALUE (expected e.g. ALL_PROXY=http://proxy.corp:3128)"
+            )
         own[name] = value
     return own
 

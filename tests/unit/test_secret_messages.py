@@ -93,3 +93,15 @@ def test_no_command_prints_the_password_of_a_bad_settings_file(
     for text in outputs:
         assert PASSWORD not in text
         assert "73190" not in text
+
+
+@pytest.mark.parametrize(
+    "pair", [f"ALL_PROXY http://svc:{PASSWORD}@proxy.corp.example:3128", f"ALL_PROXY:http//svc:{PASSWORD}proxy.corp"]
+)
+def test_explain_env_without_its_equals_sign_is_named_masked(pair: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`explain --env`'s value is often a proxy URL: a pair without '=' is reported without its password."""
+    assert cli.main(["explain", "--env", pair]) == 2
+    err = capsys.readouterr().err
+    assert "--env: " in err
+    assert "is not NAME=VALUE" in err
+    assert PASSWORD not in err
