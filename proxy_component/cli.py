@@ -18,7 +18,7 @@ import yaml
 from .layers import Layered, read_stack
 from .noproxy import NoProxyError
 from .redaction import mask_url
-from .render import capi_manifests, capi_patches, manifests, plain_values
+from .render import capi_manifests, capi_patches, manifests, plain_values, plan_checks
 from .render.admission import admission_objects
 from .render.helm import PROFILES, RENAMED, UnknownProfileError, profile_values, values_yaml
 from .render.kustomize import kustomization
@@ -26,6 +26,7 @@ from .render.kyverno import kyverno_objects
 from .render.plan import owned
 from .render.trust import unreached
 from .settings import (
+    Check,
     Runtime,
     Settings,
     SettingsError,
@@ -88,32 +89,35 @@ def _load(config: str | None, args: argparse.Namespace | None = None) -> Setting
     return _load_layered(config, args)[0]
 
 
-def _load_layered(config: str | None, args: argparse.Namespace | None = None) -> tuple[Settings, Layered | None]:
+def _load_layered(
+    config: str | None, args: argparse.Namespace | None = None, checks: Sequence[Check] = ()
+) -> tuple[Settings, Layered | None]:
     """The settings of CONFIG, of a stack's config (--stack: both layers, and which layer gave what), or the
-    embedded example; their warnings (each naming a field, never a value) on stderr."""
+    embedded example; `checks` (the plan's) report in the settings' round; the settings' warnings (each naming a
+    field, never a value) on stderr."""
     stack = getattr(args, "stack", None)
     layered = None
     if stack is not None:
         if config is not None:
             raise SettingsError([f"--stack {stack} and CONFIG {config}: give one of them"])
         layered = read_stack(stack, getattr(args, "cwd", None))
-        settings = parse_settings(layered.data)
+        settings = parse_settings(layered.data, checks)
     else:
-        settings = _load_file(config)
+        settings = _load_file(config, checks)
     for line in settings.warnings:
         print(f"proxy-component: warning: {line}", file=sys.stderr)
     return settings, layered
 
 
-def _load_file(config: str | None) -> Settings:
+def _load_file(config: str | None, checks: Sequence[Check] = ()) -> Settings:
     if config is None:
         text = files("proxy_component").joinpath("data/example.yaml").read_text(encoding="utf-8")
         print(
             "proxy-component: no CONFIG given, using the embedded example (examples/ipv6-only/proxy.yaml)",
             file=sys.stderr,
         )
-        return parse_settings(yaml.safe_load(text))
-    return load_settings(config)
+        return parse_settings(yaml.safe_load(text), checks)
+    return load_settings(config, checks)
 
 
 _USER_ORIGIN = re.compile(r"\b(proxy\.noProxy\[\d+\])")
@@ -210,7 +214,8 @@ def _check_format(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
 
 
 def _render(args: argparse.Namespace) -> int:
-    settings, layered = _load_layered(args.config, args)
+    planned = args.format[0] in ("manifests", "capi")  # the formats that dump the plan
+    settings, layered = _load_layered(args.config, args, plan_checks() if planned else ())
     _print_layers(layered)
     if args.format[0] == "helm-values":
         values = profile_values(settings, args.format[1], selection=_selection(settings, args), release=args.release)

@@ -18,7 +18,7 @@ import pulumi_kubernetes as k8s
 from .discovery.network import ClusterNetwork
 from .explain import preview_warnings
 from .noproxy import NoProxy, NoProxyError
-from .render import PlanInputs, Planned, check_allow_sources, node_values, plan
+from .render import PlanInputs, Planned, node_values, plan, plan_checks
 from .render.capi import kubeadm_config_spec
 from .render.digest import values_digest
 from .render.env import ProxyValues, env_vars, pod_env, workload_kind, workload_values
@@ -90,11 +90,10 @@ class ClusterProxy(pulumi.ComponentResource):
         super().__init__(TYPE_TOKEN, name, None, opts)
         if not isinstance(args.settings, Settings):
             _refuse_outputs(args.settings)
-        settings = parse_settings(args.settings)
+        network = args.network
+        settings = parse_settings(args.settings, plan_checks(network is not None and network.gives_allow_sources))
         for line in settings.warnings:
             pulumi.log.warn(line, resource=self)
-        network = args.network
-        check_allow_sources(settings, network is not None and network.gives_allow_sources)
         self.settings: Settings = settings
         self.resources: dict[str, pulumi.CustomResource] = {}
 

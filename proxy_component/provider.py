@@ -33,6 +33,7 @@ from typing_extensions import NotRequired
 
 from . import component, provider_types
 from .discovery.network import ClusterNetwork
+from .render import plan_checks
 from .render.helm import UnknownProfileError
 from .settings import NetworkValues, Settings, SettingsError, check_network, parse_settings
 
@@ -437,6 +438,22 @@ def _model_of(annotation: Any) -> Optional[type[BaseModel]]:
     return None
 
 
+def check_inputs(inputs: Mapping[str, Any]) -> None:
+    """The settings and the known network inputs as the component checks them, every problem in one SettingsError."""
+    problems: list[str] = []
+    gives_sources = any(inputs.get(key) is not None for key in ("podCidrs", "nodeCidrs"))
+    try:
+        parse_settings(settings_from_inputs(inputs.get("settings") or {}), plan_checks(gives_sources))
+    except SettingsError as exc:
+        problems += exc.problems
+    try:
+        check_network(network_from_known_inputs(inputs))
+    except SettingsError as exc:
+        problems += exc.problems
+    if problems:
+        raise SettingsError(problems)
+
+
 class _Provider(ComponentProvider):
     """The component provider, reporting invalid settings as input errors: the message alone, no stack trace.
 
@@ -504,8 +521,7 @@ class _Provider(ComponentProvider):
         try:
             # The SDK maps the inputs by the schema and drops keys it does not know: a typo from an untyped program
             # (JavaScript, a cast in TypeScript) would vanish. Validate the settings as sent, first.
-            parse_settings(settings_from_inputs(inputs.get("settings") or {}))
-            check_network(network_from_known_inputs(inputs))
+            check_inputs(inputs)
             return super().construct(name, resource_type, inputs, options)
         except SettingsError as exc:
             raise _input_error(exc) from None

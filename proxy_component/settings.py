@@ -12,7 +12,7 @@ import ipaddress
 import json
 import re
 import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 from urllib.parse import quote, unquote, urlsplit
@@ -26,10 +26,11 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
-from pydantic.alias_generators import to_camel
+from pydantic.alias_generators import to_camel, to_snake
 
 from .image import DEFAULT_IMAGE as OWN_IMAGE
 from .image import USER_ID as OWN_USER_ID
@@ -47,6 +48,7 @@ from .noproxy import (
 from .redaction import mask_url
 
 __all__ = [
+    "CHECKS",
     "DEFAULT_FIREWALL_IMAGE",
     "DEFAULT_IMAGE",
     "DEFAULT_PRIORITY_CLASS",
@@ -58,6 +60,7 @@ __all__ = [
     "STAT_HOST",
     "Affinity",
     "CapiSettings",
+    "Check",
     "ClusterSettings",
     "DeploymentSettings",
     "FirewallSettings",
@@ -406,48 +409,6 @@ class UpstreamSettings(_Model):
         description="PEM CA certificates of a TLS-inspecting upstream (one text, or a list): public, not a secret.",
     )
 
-    @model_validator(mode="after")
-    def _check(self) -> UpstreamSettings:
-        parts = urlsplit(self.url)
-        if parts.scheme != "http":
-            raise ValueError(
-                f"proxy.upstream.url: {mask_url(self.url)!r} must use http:// (tinyproxy reaches upstreams over plain HTTP)"
-            )
-        if parts.hostname and ":" in parts.hostname:
-            raise ValueError(
-                f"proxy.upstream.url: {mask_url(self.url)!r} has an IPv6 host, which tinyproxy 1.11's Upstream cannot "
-                "parse (expected a host name or an IPv4 address)"
-            )
-        canonical = _inet_aton(parts.hostname or "")
-        if canonical is not None and canonical != parts.hostname:
-            raise ValueError(
-                f"proxy.upstream.url: {mask_url(self.url)!r} spells the IPv4 address {canonical} in a form only the "
-                f"C resolver reads, which the firewall's exemption for the upstream cannot match (expected {canonical})"
-            )
-        for i, raw in enumerate(self.no_upstream):
-            if parse_entry(raw).port is not None:
-                raise ValueError(
-                    f"proxy.upstream.noUpstream[{i}]: {raw!r} has a port, but tinyproxy's Upstream none matches "
-                    "hosts only (expected the host, suffix, IP or CIDR alone)"
-                )
-        if parts.username is not None and self.username is not None:
-            raise ValueError("proxy.upstream: give the credentials either in url or in username/password, not both")
-        user = self.username if self.username is not None else unquote(parts.username or "")
-        password = self.password.get_secret_value() if self.password else unquote(parts.password or "")
-        if self.password is not None and self.username is None:
-            raise ValueError("proxy.upstream.password: a password needs proxy.upstream.username")
-        if re.search(r'[:@"\s]', user):
-            where = "proxy.upstream.username:" if self.username is not None else "proxy.upstream.url: its user name"
-            raise ValueError(
-                f"{where} holds ':', '@', '\"' or a space, which tinyproxy's Upstream cannot carry (value hidden: "
-                "it may hold the password)"
-            )
-        if re.search(r'[@"\s]', password):
-            raise ValueError(
-                "proxy.upstream.password: holds '@', '\"' or a space, which tinyproxy's Upstream cannot carry (value hidden)"
-            )
-        return self
-
     @property
     def warnings(self) -> list[str]:
         """What is valid but likely a typo: a user name that may hold the password, no port. Never a value."""
@@ -583,20 +544,6 @@ class ClusterSettings(_Model):
         """The minor version of `kubernetes_version` (35 for '1.35' or 'v1.35.2'), None when unset."""
         return None if self.kubernetes_version is None else int(self.kubernetes_version.lstrip("v").split(".")[1])
 
-    @model_validator(mode="after")
-    def _check_family(self) -> ClusterSettings:
-        if self.ip_family is None:
-            return self
-        versions = {ipaddress.ip_network(c).version for c in (*self.pod_cidrs, *self.service_cidrs)}
-        wanted = {"ipv4": {4}, "ipv6": {6}, "dual": {4, 6}}[self.ip_family]
-        extra = versions - wanted
-        if extra:
-            raise ValueError(
-                f"cluster.ipFamily: {self.ip_family!r} contradicts the IPv{extra.pop()} pod/service CIDRs "
-                "(expected ipv4, ipv6 or dual to match cluster.podCidrs and cluster.serviceCidrs)"
-            )
-        return self
-
     @property
     def effective_ip_family(self) -> IpFamily:
         if self.ip_family is not None:
@@ -684,9 +631,13 @@ class Resources(_Model):
     @field_validator("requests", "limits")
     @classmethod
     def _quantity(cls, value: dict[str, str]) -> dict[str, str]:
-        for key, quantity in value.items():
-            if not re.match(r"^[0-9]+(\.[0-9]+)?(m|Ki|Mi|Gi|Ti|k|M|G|T)?$", str(quantity)):
-                raise ValueError(f"{key}: {quantity!r} is not a Kubernetes quantity (expected e.g. 100m or 64Mi)")
+        problems = [
+            f"{key}: {quantity!r} is not a Kubernetes quantity (expected e.g. 100m or 64Mi)"
+            for key, quantity in value.items()
+            if not re.match(r"^[0-9]+(\.[0-9]+)?(m|Ki|Mi|Gi|Ti|k|M|G|T)?$", str(quantity))
+        ]
+        if problems:
+            raise ValueError("\n".join(problems))
         return dict(sorted(value.items()))
 
 
@@ -844,16 +795,6 @@ class FirewallSettings(_Model):
         nets = {ipaddress.ip_network(c) for c in value}
         return [str(n) for n in sorted(nets, key=lambda n: (n.version, n))]
 
-    @model_validator(mode="after")
-    def _check(self) -> FirewallSettings:
-        if not self.enabled and not self.allow_cluster_destinations:
-            raise ValueError(
-                "deployment.firewall.allowClusterDestinations: false needs deployment.firewall.enabled: true, since only "
-                "the kernel rules refuse the cluster's pod, service and node ranges (the Filter sees names, not where "
-                "they lead) (expected enabled: true, or allowClusterDestinations: true to let tinyproxy reach them)"
-            )
-        return self
-
 
 # --- scheduling: the Kubernetes types a pod spec takes, validated as the API server validates them -----------------
 
@@ -936,21 +877,24 @@ class Toleration(_Model):
     @model_validator(mode="after")
     def _check(self) -> Toleration:
         shown = f"key {self.key!r}" if self.key else "no key"
+        problems = []
         if self.key is None and self.operator != "Exists":
-            raise ValueError(
+            problems.append(
                 f"operator {self.operator!r} with no key: a toleration without a key must use operator 'Exists' "
                 "(expected a key, or operator: Exists to tolerate every taint)"
             )
         if self.operator == "Exists" and self.value:
-            raise ValueError(
+            problems.append(
                 f"{shown}: operator 'Exists' with value {self.value!r}: Exists matches every value of the key "
                 "(expected no value, or operator: Equal)"
             )
         if self.toleration_seconds is not None and self.effect != "NoExecute":
-            raise ValueError(
+            problems.append(
                 f"{shown}: tolerationSeconds {self.toleration_seconds} with effect {self.effect!r}: only a "
                 "NoExecute taint evicts, after that many seconds (expected effect: NoExecute, or no tolerationSeconds)"
             )
+        if problems:
+            raise ValueError("\n".join(problems))  # one line each, under the toleration's path
         return self
 
     def spec(self) -> dict[str, Any]:
@@ -1078,13 +1022,15 @@ class Affinity(_Model):
     @classmethod
     def _node_only(cls, data: Any) -> Any:
         if isinstance(data, Mapping):
-            for key in ("podAffinity", "podAntiAffinity", "pod_affinity", "pod_anti_affinity"):
-                if key in data:
-                    raise ValueError(
-                        f"{to_camel(key)}: not accepted: a DaemonSet runs one pod on each node it selects, so pod "
-                        "(anti-)affinity could only keep it off nodes whose pods then have no proxy (expected "
-                        "nodeAffinity, or deployment.nodeSelector)"
-                    )
+            problems = [
+                f"{to_camel(key)}: not accepted: a DaemonSet runs one pod on each node it selects, so pod "
+                "(anti-)affinity could only keep it off nodes whose pods then have no proxy (expected "
+                "nodeAffinity, or deployment.nodeSelector)"
+                for key in ("podAffinity", "podAntiAffinity", "pod_affinity", "pod_anti_affinity")
+                if key in data
+            ]
+            if problems:
+                raise ValueError("\n".join(problems))
         return data
 
 
@@ -1433,50 +1379,13 @@ class Settings(_Model):
         return sorted(value, key=lambda s: (s.namespace, s.name or "", s.profile))
 
     @model_validator(mode="after")
-    def _check(self) -> Settings:
-        if self.capi.enabled and self.cluster.name is None:
-            raise ValueError(
-                "cluster.name: required when capi.enabled is true (expected the Cluster API cluster's name)"
-            )
-        if self.capi.enabled and self.node_http_proxy is None:
-            raise ValueError(
-                "proxy.nodeHttpProxy: required when capi.enabled is true and neither proxy.httpProxy nor "
-                "proxy.upstream.url is set: nodes cannot resolve the in-cluster Service name "
-                "(expected a proxy URL that nodes reach, e.g. http://proxy.corp:3128)"
-            )
-        if self.capi.enabled:
-            self._check_node_urls()
-        if self.runtimes.annotation == self.injection.opt_out_annotation:
-            raise ValueError(
-                f"runtimes.annotation: {self.runtimes.annotation!r} is injection.optOutAnnotation too, whose 'false' "
-                "is no list of runtimes (expected another key, e.g. proxy-component.io/runtimes)"
-            )
-        upstream = self.proxy.upstream
-        if upstream is not None and self.deployment.enabled and self.deployment.firewall.enabled:
-            host = upstream.endpoint[0].lower().rstrip(".")
-            if host == "localhost" or host.endswith(".localhost"):
-                raise ValueError(
-                    f"proxy.upstream.url: {mask_url(upstream.url)!r} names the node itself, which the firewall "
-                    "refuses to tinyproxy unless the upstream is given by its address (expected e.g. "
-                    f"http://127.0.0.1:{upstream.endpoint[1]}: the firewall then lets tinyproxy reach that address and "
-                    "port, and nothing else on the node)"
-                )
-        minor = self.cluster.kubernetes_minor
-        if self.injection.admission and minor is not None and minor < ADMISSION_BETA_MINOR:
-            raise ValueError(
-                f"injection.admission: cluster.kubernetesVersion {self.cluster.kubernetes_version!r} has no "
-                "MutatingAdmissionPolicy (expected Kubernetes 1.34 or later: v1beta1 on 1.34 and 1.35 with the "
-                "MutatingAdmissionPolicy feature gate and runtime-config, v1 from 1.36; or injection.kyverno instead)"
-            )
-        if self.injection.trust_manager and self.trusted_ca is None:
-            raise ValueError(
-                "injection.trustManager: true needs proxy.upstream.trustedCa, the CA the Bundle would distribute "
-                "(expected trustManager: false, or the PEM CA of a TLS-inspecting upstream)"
-            )
-        if not self.deployment.enabled and self.proxy.http_proxy is None:
-            raise ValueError(
-                "proxy.httpProxy: required when deployment.enabled is false (expected the URL of the proxy pods should use)"
-            )
+    def _check(self, info: ValidationInfo) -> Settings:
+        """Every check across fields, all at once; `parse_settings` defers them, to run them beside the field errors."""
+        if info.context and info.context.get(_DEFERRED):
+            return self
+        problems = [problem for check in CHECKS for problem in check.problems(self)]
+        if problems:
+            raise ValueError("\n".join(problems))
         return self
 
     @property
@@ -1496,26 +1405,6 @@ class Settings(_Model):
         if p.upstream is not None:
             lines += p.upstream.warnings
         return lines
-
-    def _check_node_urls(self) -> None:
-        p = self.proxy
-        field = (
-            "proxy.nodeHttpProxy" if p.node_http_proxy else "proxy.httpProxy" if p.http_proxy else "proxy.upstream.url"
-        )
-        for name, url in ((field, self.node_http_proxy), ("proxy.nodeHttpsProxy", self.node_https_proxy)):
-            host = (urlsplit(url).hostname or "") if url else ""
-            domain = self.cluster.dns_domain
-            if host.endswith((".svc", f".{domain}")) or ".svc." in host:
-                raise ValueError(
-                    f"{name}: {mask_url(str(url))!r} is a cluster DNS name, which nodes (containerd, kubelet) cannot "
-                    "resolve (expected a proxy nodes reach directly: set proxy.nodeHttpProxy)"
-                )
-        if self.capi.export_to_kubeadm and self.nodes_have_credentials:
-            raise ValueError(
-                "capi.exportToKubeadm: the node proxy URL carries credentials, which kubeadm would copy into the "
-                "static pod manifests and which would stand in KubeadmControlPlane, not in a Secret "
-                "(expected exportToKubeadm: false, or a node proxy without credentials)"
-            )
 
     # --- derived values ---------------------------------------------------------------------
 
@@ -1632,6 +1521,227 @@ class Settings(_Model):
         return bool(c.pod_cidrs or c.node_cidrs or d.allowed_source_cidrs)
 
 
+# --- checks across fields ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Check:
+    """A check across fields: the fields it reads and every problem it finds, each a line that names its field.
+
+    `reads` are snake_case paths from the settings' root (`cluster.pod_cidrs`, `proxy.upstream.url`): `parse_settings`
+    runs a check in the same round as the field errors, on the settings without the invalid fields, unless one of
+    the fields it reads (or a part or parent of one) is invalid, so that no check reports a consequence of a field
+    error as a problem of its own.
+    """
+
+    reads: tuple[str, ...]
+    problems: Callable[[Settings], Iterable[str]]
+
+
+CHECKS: list[Check] = []
+"""The settings' own checks across fields, in the order their problems are reported."""
+
+_DEFERRED = "proxy_component.checks_deferred"
+
+
+def _check(*reads: str) -> Callable[[Callable[[Settings], Iterator[str]]], Callable[[Settings], Iterator[str]]]:
+    def register(problems: Callable[[Settings], Iterator[str]]) -> Callable[[Settings], Iterator[str]]:
+        CHECKS.append(Check(reads, problems))
+        return problems
+
+    return register
+
+
+@_check("proxy.upstream.url")
+def _upstream_scheme(settings: Settings) -> Iterator[str]:
+    upstream = settings.proxy.upstream
+    if upstream is not None and urlsplit(upstream.url).scheme != "http":
+        yield (
+            f"proxy.upstream.url: {redact_url(upstream.url)!r} must use http:// (tinyproxy reaches upstreams over plain HTTP)"
+        )
+
+
+@_check("proxy.upstream.url")
+def _upstream_host(settings: Settings) -> Iterator[str]:
+    upstream = settings.proxy.upstream
+    if upstream is None:
+        return
+    hostname = urlsplit(upstream.url).hostname
+    if hostname and ":" in hostname:
+        yield (
+            f"proxy.upstream.url: {redact_url(upstream.url)!r} has an IPv6 host, which tinyproxy 1.11's Upstream cannot "
+            "parse (expected a host name or an IPv4 address)"
+        )
+    canonical = _inet_aton(hostname or "")
+    if canonical is not None and canonical != hostname:
+        yield (
+            f"proxy.upstream.url: {redact_url(upstream.url)!r} spells the IPv4 address {canonical} in a form only the "
+            f"C resolver reads, which the firewall's exemption for the upstream cannot match (expected {canonical})"
+        )
+
+
+@_check("proxy.upstream.no_upstream")
+def _upstream_exceptions(settings: Settings) -> Iterator[str]:
+    upstream = settings.proxy.upstream
+    for i, raw in enumerate(upstream.no_upstream if upstream else []):
+        if parse_entry(raw).port is not None:
+            yield (
+                f"proxy.upstream.noUpstream[{i}]: {raw!r} has a port, but tinyproxy's Upstream none matches "
+                "hosts only (expected the host, suffix, IP or CIDR alone)"
+            )
+
+
+@_check("proxy.upstream.url", "proxy.upstream.username", "proxy.upstream.password")
+def _upstream_credentials(settings: Settings) -> Iterator[str]:
+    upstream = settings.proxy.upstream
+    if upstream is None:
+        return
+    parts = urlsplit(upstream.url)
+    if parts.username is not None and upstream.username is not None:
+        yield "proxy.upstream: give the credentials either in url or in username/password, not both"
+    user = upstream.username if upstream.username is not None else unquote(parts.username or "")
+    password = upstream.password.get_secret_value() if upstream.password else unquote(parts.password or "")
+    if upstream.password is not None and upstream.username is None:
+        yield "proxy.upstream.password: a password needs proxy.upstream.username"
+    if re.search(r'[:@"\s]', user):
+        where = "proxy.upstream.username:" if upstream.username is not None else "proxy.upstream.url: its user name"
+        yield (
+            f"{where} holds ':', '@', '\"' or a space, which tinyproxy's Upstream cannot carry (value hidden: it may "
+            "hold the password)"
+        )
+    if re.search(r'[@"\s]', password):
+        yield "proxy.upstream.password: holds '@', '\"' or a space, which tinyproxy's Upstream cannot carry (value hidden)"
+
+
+@_check("cluster.ip_family", "cluster.pod_cidrs", "cluster.service_cidrs")
+def _ip_family(settings: Settings) -> Iterator[str]:
+    cluster = settings.cluster
+    if cluster.ip_family is None:
+        return
+    versions = {ipaddress.ip_network(c).version for c in (*cluster.pod_cidrs, *cluster.service_cidrs)}
+    wanted = {"ipv4": {4}, "ipv6": {6}, "dual": {4, 6}}[cluster.ip_family]
+    extra = versions - wanted
+    if extra:
+        yield (
+            f"cluster.ipFamily: {cluster.ip_family!r} contradicts the IPv{extra.pop()} pod/service CIDRs "
+            "(expected ipv4, ipv6 or dual to match cluster.podCidrs and cluster.serviceCidrs)"
+        )
+
+
+@_check("deployment.firewall.enabled", "deployment.firewall.allow_cluster_destinations")
+def _firewall(settings: Settings) -> Iterator[str]:
+    firewall = settings.deployment.firewall
+    if not firewall.enabled and not firewall.allow_cluster_destinations:
+        yield (
+            "deployment.firewall.allowClusterDestinations: false needs deployment.firewall.enabled: true, since only "
+            "the kernel rules refuse the cluster's pod, service and node ranges (the Filter sees names, not where "
+            "they lead) (expected enabled: true, or allowClusterDestinations: true to let tinyproxy reach them)"
+        )
+
+
+# What the URLs of node services (Settings.node_http_proxy, node_https_proxy) are made of.
+_NODE_URLS = (
+    "proxy.node_http_proxy",
+    "proxy.node_https_proxy",
+    "proxy.http_proxy",
+    "proxy.upstream.url",
+    "proxy.upstream.username",
+    "proxy.upstream.password",
+)
+
+
+@_check("capi.enabled", "cluster.name")
+def _capi_cluster_name(settings: Settings) -> Iterator[str]:
+    if settings.capi.enabled and settings.cluster.name is None:
+        yield "cluster.name: required when capi.enabled is true (expected the Cluster API cluster's name)"
+
+
+@_check("capi.enabled", "cluster.dns_domain", *_NODE_URLS)
+def _capi_node_urls(settings: Settings) -> Iterator[str]:
+    if not settings.capi.enabled:
+        return
+    p = settings.proxy
+    if settings.node_http_proxy is None:
+        yield (
+            "proxy.nodeHttpProxy: required when capi.enabled is true and neither proxy.httpProxy nor "
+            "proxy.upstream.url is set: nodes cannot resolve the in-cluster Service name "
+            "(expected a proxy URL that nodes reach, e.g. http://proxy.corp:3128)"
+        )
+    field = "proxy.nodeHttpProxy" if p.node_http_proxy else "proxy.httpProxy" if p.http_proxy else "proxy.upstream.url"
+    urls = [(field, settings.node_http_proxy)]
+    if p.node_https_proxy is not None:  # else it is the same URL
+        urls.append(("proxy.nodeHttpsProxy", p.node_https_proxy))
+    for name, url in urls:
+        host = (urlsplit(url).hostname or "") if url else ""
+        domain = settings.cluster.dns_domain
+        if host.endswith((".svc", f".{domain}")) or ".svc." in host:
+            yield (
+                f"{name}: {redact_url(str(url))!r} is a cluster DNS name, which nodes (containerd, kubelet) cannot "
+                "resolve (expected a proxy nodes reach directly: set proxy.nodeHttpProxy)"
+            )
+
+
+@_check("capi.enabled", "capi.export_to_kubeadm", *_NODE_URLS)
+def _capi_kubeadm_credentials(settings: Settings) -> Iterator[str]:
+    if settings.capi.enabled and settings.capi.export_to_kubeadm and settings.nodes_have_credentials:
+        yield (
+            "capi.exportToKubeadm: the node proxy URL carries credentials, which kubeadm would copy into the "
+            "static pod manifests and which would stand in KubeadmControlPlane, not in a Secret "
+            "(expected exportToKubeadm: false, or a node proxy without credentials)"
+        )
+
+
+@_check("runtimes.annotation", "injection.opt_out_annotation")
+def _runtimes_annotation(settings: Settings) -> Iterator[str]:
+    if settings.runtimes.annotation == settings.injection.opt_out_annotation:
+        yield (
+            f"runtimes.annotation: {settings.runtimes.annotation!r} is injection.optOutAnnotation too, whose 'false' "
+            "is no list of runtimes (expected another key, e.g. proxy-component.io/runtimes)"
+        )
+
+
+@_check("proxy.upstream.url", "deployment.enabled", "deployment.firewall.enabled")
+def _upstream_on_the_node(settings: Settings) -> Iterator[str]:
+    upstream = settings.proxy.upstream
+    if upstream is not None and settings.deployment.enabled and settings.deployment.firewall.enabled:
+        host = upstream.endpoint[0].lower().rstrip(".")
+        if host == "localhost" or host.endswith(".localhost"):
+            yield (
+                f"proxy.upstream.url: {redact_url(upstream.url)!r} names the node itself, which the firewall "
+                "refuses to tinyproxy unless the upstream is given by its address (expected e.g. "
+                f"http://127.0.0.1:{upstream.endpoint[1]}: the firewall then lets tinyproxy reach that address and "
+                "port, and nothing else on the node)"
+            )
+
+
+@_check("injection.admission", "cluster.kubernetes_version")
+def _admission_version(settings: Settings) -> Iterator[str]:
+    minor = settings.cluster.kubernetes_minor
+    if settings.injection.admission and minor is not None and minor < ADMISSION_BETA_MINOR:
+        yield (
+            f"injection.admission: cluster.kubernetesVersion {settings.cluster.kubernetes_version!r} has no "
+            "MutatingAdmissionPolicy (expected Kubernetes 1.34 or later: v1beta1 on 1.34 and 1.35 with the "
+            "MutatingAdmissionPolicy feature gate and runtime-config, v1 from 1.36; or injection.kyverno instead)"
+        )
+
+
+@_check("injection.trust_manager", "proxy.upstream.trusted_ca")
+def _trust_manager_ca(settings: Settings) -> Iterator[str]:
+    if settings.injection.trust_manager and settings.trusted_ca is None:
+        yield (
+            "injection.trustManager: true needs proxy.upstream.trustedCa, the CA the Bundle would distribute "
+            "(expected trustManager: false, or the PEM CA of a TLS-inspecting upstream)"
+        )
+
+
+@_check("deployment.enabled", "proxy.http_proxy")
+def _proxy_without_deployment(settings: Settings) -> Iterator[str]:
+    if not settings.deployment.enabled and settings.proxy.http_proxy is None:
+        yield (
+            "proxy.httpProxy: required when deployment.enabled is false (expected the URL of the proxy pods should use)"
+        )
+
+
 def _ip_or_cidr(value: str) -> str:
     """An API server address as discovery gives it: one IP, or the range it lives in (a GKE master range)."""
     try:
@@ -1738,10 +1848,12 @@ def _format(exc: ValidationError) -> list[str]:
         if error["type"] == "extra_forbidden":
             accepted = _accepted_keys(Settings, loc)
             problems.append(f"{path}: unknown key (accepted: {accepted})")
-        elif error["type"] == "value_error" and re.match(r"^[a-z][A-Za-z0-9_]*\.[A-Za-z0-9_.\[\]]*: ", msg):
-            problems.append(msg)  # a model check that names its own field
         elif error["type"] == "value_error":
-            problems.append(f"{path}: {msg}")
+            for line in msg.splitlines():  # a check that found several problems gives a line each
+                if re.match(r"^[a-z][A-Za-z0-9_]*\.[A-Za-z0-9_.\[\]]*: ", line):
+                    problems.append(line)  # a model check that names its own field
+                else:
+                    problems.append(f"{path}: {line}")
         elif error["type"] == "missing":
             problems.append(f"{path}: required (expected a value; see docs/reference/settings.md)")
         else:
@@ -1749,9 +1861,14 @@ def _format(exc: ValidationError) -> list[str]:
     return problems
 
 
-def parse_settings(data: Mapping[str, Any] | Settings | None) -> Settings:
-    """Validate a mapping (camelCase or snake_case keys) into Settings, or raise SettingsError."""
-    if isinstance(data, Settings):
+def parse_settings(data: Mapping[str, Any] | Settings | None, checks: Sequence[Check] = ()) -> Settings:
+    """Validate a mapping (camelCase or snake_case keys) into Settings, or raise SettingsError with every problem.
+
+    One round: every field error, then every check across fields (`CHECKS`, then the caller's `checks`, e.g. the
+    plan's) whose fields are valid, run on the settings without the invalid ones.
+    """
+    if isinstance(data, Settings):  # its own checks ran when it was made
+        _raise([problem for check in checks for problem in check.problems(data)])
         return data
     if data is None:
         data = {}
@@ -1759,14 +1876,107 @@ def parse_settings(data: Mapping[str, Any] | Settings | None) -> Settings:
         raise SettingsError(
             [f"settings: {type(data).__name__} given (expected a mapping of proxy, cluster, deployment, namespaces)"]
         )
+    raw = _plain(data)
+    problems: list[str] = []
+    invalid: set[str] = set()
     try:
-        return Settings.model_validate(dict(data))
+        settings = Settings.model_validate(raw, context={_DEFERRED: True})
     except ValidationError as exc:
-        raise SettingsError(_format(exc)) from None
+        problems = _format(exc)
+        settings, invalid = _valid_part(raw, exc)
+    for check in (*CHECKS, *checks):
+        if not _reads_invalid(check.reads, invalid):
+            problems.extend(check.problems(settings))
+    _raise(problems)
+    return settings
 
 
-def load_settings(path: str) -> Settings:
-    """Read a YAML settings file; errors name the file."""
+def _raise(problems: list[str]) -> None:
+    if problems:
+        raise SettingsError(problems)
+
+
+_PRUNED = object()
+
+
+def _plain(value: Any) -> Any:
+    """A copy of the input, mappings as dicts and sequences as lists, for `_valid_part` to cut invalid fields from."""
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return value
+
+
+def _valid_part(data: dict[str, Any], exc: ValidationError) -> tuple[Settings, set[str]]:
+    """The settings of `data` without its invalid fields (each at its default), and the fields left out, as the
+    snake_case paths checks read. A field whose removal makes its object invalid (a required one) takes the object."""
+    invalid: set[str] = set()
+    errors = exc.errors(include_url=False)
+    for _ in range(100):  # each round cuts at least one field; the settings have far fewer levels
+        cut = False
+        for error in errors:
+            loc = tuple(error["loc"])
+            where = _cut(data, loc)
+            cut = cut or where is not None
+            invalid.update({_check_path(loc), _check_path(where or ())})
+        data = _without_pruned(data) if cut else {}
+        if not cut:
+            invalid.add("")
+        try:
+            return Settings.model_validate(data, context={_DEFERRED: True}), invalid
+        except ValidationError as again:
+            errors = again.errors(include_url=False)
+    return Settings.model_validate({}, context={_DEFERRED: True}), {""}
+
+
+def _cut(data: dict[str, Any], loc: tuple[int | str, ...]) -> tuple[int | str, ...] | None:
+    """Mark the deepest part of `loc` that `data` holds as cut (a missing key cuts its object); where, or None."""
+    node: Any = data
+    for depth, part in enumerate(loc):
+        holds = (isinstance(node, dict) and part in node) or (
+            isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
+        )
+        if not holds:
+            loc = loc[:depth]
+            break
+        if depth < len(loc) - 1:
+            node = node[part]
+    if not loc:
+        return None
+    parent: Any = data
+    for part in loc[:-1]:
+        parent = parent[part]
+    if parent[loc[-1]] is _PRUNED:
+        return None
+    parent[loc[-1]] = _PRUNED
+    return loc
+
+
+def _without_pruned(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _without_pruned(item) for key, item in value.items() if item is not _PRUNED}
+    if isinstance(value, list):
+        return [_without_pruned(item) for item in value if item is not _PRUNED]
+    return value
+
+
+def _check_path(loc: tuple[int | str, ...]) -> str:
+    """An error's location as checks name fields: snake_case names from the root, no list indices."""
+    return ".".join(to_snake(part) for part in loc if isinstance(part, str) and part != "[key]")
+
+
+def _reads_invalid(reads: Sequence[str], invalid: set[str]) -> bool:
+    """A check reads an invalid field: that field, a part of it, or the object holding it (`""`: everything)."""
+    return any(
+        not bad or read == bad or read.startswith(f"{bad}.") or bad.startswith(f"{read}.")
+        for read in reads
+        for bad in invalid
+    )
+
+
+def load_settings(path: str, checks: Sequence[Check] = ()) -> Settings:
+    """Read a YAML settings file; errors name the file. `checks`: as `parse_settings` takes them."""
     try:
         with open(path, encoding="utf-8") as handle:
             data = yaml.safe_load(handle)
@@ -1776,4 +1986,4 @@ def load_settings(path: str) -> Settings:
         raise SettingsError([f"{path}: not UTF-8 text (expected a YAML file)"]) from None
     except yaml.YAMLError as exc:
         raise SettingsError([f"{path}: not valid YAML ({exc})"]) from None
-    return parse_settings(data)
+    return parse_settings(data, checks)

@@ -12,7 +12,7 @@ from ..settings import NetworkValues, Settings, SettingsError
 from .capi import kubeadm_config_spec, kubeadm_config_template_patch, kubeadm_control_plane_patch
 from .digest import stamped
 from .env import ProxyValues, env_vars, workload_values
-from .plan import PlanInputs, Planned, check_allow_sources, check_unique, node_values, plan
+from .plan import PlanInputs, Planned, check_allow_sources, check_unique, node_values, plan, plan_checks
 from .proxy import config_digest, tinyproxy_conf
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "plain_plan",
     "plain_values",
     "plan",
+    "plan_checks",
 ]
 
 Obj = dict[str, Any]

@@ -39,6 +39,7 @@ from .trust import bundle_in, trust_env_vars, trust_volume, trust_volume_mount
 __all__ = [
     "PROFILES",
     "RENAMED",
+    "VALUES_SECRETS_READS",
     "LeftOut",
     "Profile",
     "UnknownProfileError",
@@ -49,6 +50,7 @@ __all__ = [
     "profile_values",
     "values_secret",
     "values_secret_name",
+    "values_secrets_problems",
     "values_yaml",
 ]
 
@@ -639,9 +641,26 @@ def _copy(value: Any) -> Any:
     return value
 
 
+# What `values_secrets_problems` reads (`trust_namespaces`: the namespaces that get proxy-trust).
+VALUES_SECRETS_READS = (
+    "helm_values_secrets",
+    "proxy.upstream.trusted_ca",
+    "namespaces",
+    "injection.kyverno",
+    "deployment.namespace",
+)
+
+
 def check_values_secrets(settings: Settings) -> None:
     """Refuse a `helmValuesSecrets` entry whose profile the catalog does not hold, or whose chart's pods would mount
     a `proxy-trust` that its namespace does not get, naming the entry."""
+    problems = values_secrets_problems(settings)
+    if problems:
+        raise SettingsError(problems)
+
+
+def values_secrets_problems(settings: Settings) -> list[str]:
+    """Every problem `check_values_secrets` refuses."""
     problems = [
         f"{_entry(spec)}.profile: {_unknown(spec.profile)}"
         for spec in settings.helm_values_secrets
@@ -656,8 +675,7 @@ def check_values_secrets(settings: Settings) -> None:
         and PROFILES[spec.profile].trust_keys
         and not bundle_in(settings, spec.namespace)
     ]
-    if problems:
-        raise SettingsError(problems)
+    return problems
 
 
 def _entry(spec: HelmValuesSecret) -> str:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..settings import Settings, SettingsError
+from ..settings import Check, Settings, SettingsError
 from .admission import admission_policy, admission_policy_binding
 from .capi import (
     TKG_ADDONS,
@@ -26,12 +26,29 @@ from .capi import (
     tkg_addon_values,
 )
 from .env import ProxyValues, proxy_config_object
-from .helm import check_values_secrets, profile_values, values_secret, values_secret_name, values_yaml
+from .helm import (
+    VALUES_SECRETS_READS,
+    check_values_secrets,
+    profile_values,
+    values_secret,
+    values_secret_name,
+    values_secrets_problems,
+    values_yaml,
+)
 from .kyverno import CLONE_CONFIG_NAME, CLONE_TRUST_NAME, cluster_policy, generating_policies, mutating_policy
 from .proxy import config_object, daemonset, service
 from .trust import trust_bundle_object, trust_manager_bundle, trust_namespaces
 
-__all__ = ["PATCH_FORCE", "PlanInputs", "Planned", "check_allow_sources", "check_unique", "node_values", "plan"]
+__all__ = [
+    "PATCH_FORCE",
+    "PlanInputs",
+    "Planned",
+    "check_allow_sources",
+    "check_unique",
+    "node_values",
+    "plan",
+    "plan_checks",
+]
 
 Obj = dict[str, Any]
 Cluster = Literal["workload", "management"]
@@ -99,14 +116,27 @@ def node_values(settings: Settings, no_proxy: Any) -> ProxyValues:
 
 def check_allow_sources(settings: Settings, network_gives_sources: bool = False) -> None:
     """Refuse a deployment whose Allow list would hold only loopback: tinyproxy would refuse every pod."""
+    problems = list(_allow_problems(settings, network_gives_sources))
+    if problems:
+        raise SettingsError(problems)
+
+
+def _allow_problems(settings: Settings, network_gives_sources: bool = False) -> Iterator[str]:
     if settings.deployment.enabled and not (settings.has_static_sources() or network_gives_sources):
-        raise SettingsError(
-            [
-                "cluster.podCidrs: [] and cluster.nodeCidrs: [] leave tinyproxy's Allow with only loopback, so it would "
-                "refuse every pod (expected at least one pod or node CIDR, deployment.allowedSourceCidrs, or a "
-                "discovered network)"
-            ]
+        yield (
+            "cluster.podCidrs: [] and cluster.nodeCidrs: [] leave tinyproxy's Allow with only loopback, so it would "
+            "refuse every pod (expected at least one pod or node CIDR, deployment.allowedSourceCidrs, or a "
+            "discovered network)"
         )
+
+
+def plan_checks(network_gives_sources: bool = False) -> tuple[Check, ...]:
+    """The plan's checks across settings, for `parse_settings(data, checks=...)` to report in the settings' round."""
+    allow = ("deployment.enabled", "cluster.pod_cidrs", "cluster.node_cidrs", "deployment.allowed_source_cidrs")
+    return (
+        Check(allow, functools.partial(_allow_problems, network_gives_sources=network_gives_sources)),
+        Check(VALUES_SECRETS_READS, values_secrets_problems),
+    )
 
 
 def check_unique(objects: list[Obj]) -> None:

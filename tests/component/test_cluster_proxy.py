@@ -508,3 +508,9 @@ def test_every_object_the_component_registers_takes_back_its_fields(mocked: Harn
     assert {r.typ.rsplit(":", 1)[1] for r in children} >= {"DaemonSet", "Service", "ConfigMap", "Secret", "Bundle"}
     for r in children:
         assert r.inputs["metadata"]["annotations"][PATCH_FORCE] == "true", r.name
+
+
+def test_a_field_error_and_the_allow_list_are_reported_together(mocked: Harness) -> None:
+    with pytest.raises(SettingsError) as caught:
+        ClusterProxy("egress", ClusterProxyArgs(settings={"deployment": {"port": 80}, "namespaces": ["default"]}))
+    assert [p.split(":")[0] for p in caught.value.problems] == ["deployment.port", "cluster.podCidrs"]

@@ -148,3 +148,24 @@ def test_a_method_of_a_component_this_provider_did_not_construct_is_refused(
     assert raised.value.message == (
         f"ClusterProxy.containerEnv: __self__: {urn!r} is no ClusterProxy this provider constructed in this deployment"
     )
+
+
+def test_construct_reports_every_settings_and_network_problem_at_once(served: provider._Provider) -> None:
+    """A field error, a check across sections, the plan's Allow-list check and a bad network input: one error."""
+    inputs: Any = {
+        "settings": {"deployment": {"port": "eighty"}, "runtimes": {"annotation": "proxy-component.io/inject"}},
+        "serviceCidrs": ["services"],
+    }
+    with pytest.raises(InputPropertiesError) as raised:
+        served.construct("egress", TYPE_TOKEN, inputs)
+    assert raised.value.message.splitlines() == [
+        "invalid settings:",
+        "  deployment.port: 'eighty': Input should be a valid integer",
+        "  runtimes.annotation: 'proxy-component.io/inject' is injection.optOutAnnotation too, whose 'false' is no "
+        "list of runtimes (expected another key, e.g. proxy-component.io/runtimes)",
+        "  cluster.podCidrs: [] and cluster.nodeCidrs: [] leave tinyproxy's Allow with only loopback, so it would "
+        "refuse every pod (expected at least one pod or node CIDR, deployment.allowedSourceCidrs, or a discovered "
+        "network)",
+        "  network inputs.serviceCidrs[0]: 'services' is not a CIDR (expected e.g. 10.0.0.0/16 or fd00:10::/56)",
+    ]
+    assert raised.value.errors == []

@@ -22,6 +22,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 CONSTRAINTS = ROOT / "constraints/engine.txt"
+PLUGIN_CONSTRAINTS = ROOT / "constraints/plugin.txt"  # the rest of the plugin's venv
 PASSPHRASE = "engine-lane"
 
 
@@ -41,19 +42,22 @@ def build_engine(*parts: str) -> Path:
 
 
 def build_engine_venv() -> Path:
-    """A venv with this checkout (editable) and the SDKs pinned to the built plugins (constraints/engine.txt).
+    """A venv with this checkout (editable), the SDKs pinned to the built plugins (constraints/engine.txt) and every
+    other package at the plugin's pins (constraints/plugin.txt), as `pulumi package add` installs the plugin.
 
     Kept beside the checkout (.venv-engine) and rebuilt when pyproject.toml or the pins change.
     """
     venv = ROOT / ".venv-engine"
-    key = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + CONSTRAINTS.read_bytes()).hexdigest()
+    sources = (ROOT / "pyproject.toml", CONSTRAINTS, PLUGIN_CONSTRAINTS)
+    key = hashlib.sha256(b"".join(path.read_bytes() for path in sources)).hexdigest()
     marker = venv / "proxy-component-key"
     if not (marker.is_file() and marker.read_text() == key):
         shutil.rmtree(venv, ignore_errors=True)
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
         pip = [str(venv / "bin/python"), "-m", "pip", "install", "-q"]
         result = subprocess.run(
-            [*pip, "-c", str(CONSTRAINTS), "-e", f"{ROOT}[check]", "pulumi", "pulumi-kubernetes"],
+            [*pip, "-c", str(CONSTRAINTS), "-c", str(PLUGIN_CONSTRAINTS), "-e", f"{ROOT}[check]", "pulumi",
+             "pulumi-kubernetes"],
             capture_output=True, text=True, timeout=1200,
         )  # fmt: skip
         assert result.returncode == 0, result.stderr

@@ -11,6 +11,7 @@ its messages. Only PyPI and npm are reached (pip for the plugin's venv, npm for 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -21,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from proxy_component._release import bump, engine_pins, project_version
+from proxy_component._release import bump, canonical_name, engine_pins, plugin_pins, project_version
 
 from .conftest import ROOT, Project, build_engine
 from .git_server import GIT_HOST, GitServer, cli_wrapper, serve_git
@@ -60,10 +61,11 @@ def _set_port(work: Path, port: int) -> None:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GitServer]:
-    """This checkout's HEAD with two commits on top, as a bare repository on the git server: the release (the
-    version bumped by proxy_component._release, the default port TAGGED_PORT) tagged vRELEASED, then a later commit
-    on main (LATER_PORT, the next dev version), as a repository looks a while after a release."""
+def released(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """This checkout's HEAD with two commits on top, as a bare repository: the release (the version bumped by
+    proxy_component._release, the default port TAGGED_PORT) tagged vRELEASED, then a later commit on main
+    (LATER_PORT, the next dev version), as a repository looks a while after a release. The folder with the
+    repositories, and the later commit's hash (no tag names it)."""
     work = tmp_path_factory.mktemp("release-repo")
     clone = work / "clone"
     subprocess.run(["git", "clone", "-q", "--no-tags", "--single-branch", str(ROOT), str(clone)], check=True,
@@ -89,7 +91,14 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GitServer]:
     root = work / "served"
     (root / REPO).parent.mkdir(parents=True)
     subprocess.run(["git", "clone", "-q", "--bare", str(clone), str(root / f"{REPO}.git")], check=True, timeout=300)
-    with serve_git(root, work) as server:
+    return root, _git(clone, "rev-parse", "HEAD").strip()
+
+
+@pytest.fixture(scope="module")
+def served(released: tuple[Path, str]) -> Iterator[GitServer]:
+    """The repositories of `released` on the git server."""
+    root, _ = released
+    with serve_git(root, root.parent) as server:
         yield server
 
 
@@ -118,8 +127,8 @@ def _project(project_factory: Any, example: str, hosts: Path, home: Path, served
     return project
 
 
-def _plugin_dir(home: Path, host: str) -> Path:
-    found = sorted(home.glob(f"plugins/resource-{host}_*provider-v{RELEASED}/provider"))
+def _plugin_dir(home: Path, host: str, version: str = RELEASED) -> Path:
+    found = sorted(home.glob(f"plugins/resource-{host}_*provider-v{version}/provider"))
     assert len(found) == 1, sorted(p.name for p in home.glob("plugins/*"))
     return found[0]
 
@@ -130,19 +139,20 @@ def _venv_versions(plugin: Path) -> dict[str, str]:
     return {p["name"].lower().replace("_", "-"): p["version"] for p in json.loads(listing.stdout)}
 
 
-def _assert_pinned_tagged_plugin(plugin: Path) -> None:
-    """The plugin's venv holds exactly the pinned versions, and the package in it is the tag's files (copied into
-    the venv, not an editable link to a checkout)."""
+def _assert_pinned_tagged_plugin(plugin: Path, version: str = RELEASED, port: int = TAGGED_PORT) -> None:
+    """The plugin's venv holds exactly the pinned versions, every package it installed pinned (certifi and
+    cryptography too), and the package in it is the tag's files (copied into the venv, not an editable link to a
+    checkout)."""
     versions = _venv_versions(plugin)
-    pins = {name: version for name, version in engine_pins(ROOT)}
-    assert {name: versions[name] for name in ("proxy-component", *pins)} == {"proxy-component": RELEASED, **pins}
-    assert project_version(ROOT) != RELEASED  # neither the checkout's version nor the later commit's
+    pins = {canonical_name(name): pin for name, pin in [*engine_pins(ROOT), *plugin_pins(ROOT)]}
+    assert versions == {"proxy-component": version, **pins}, "a package the plugin installs is unpinned or off its pin"
+    assert project_version(ROOT) != version  # neither the checkout's version nor the later commit's
     installed = subprocess.run(
         [str(plugin / "venv/bin/python"), "-c", "import proxy_component.settings as s; print(s.__file__)"],
         capture_output=True, text=True, check=True, timeout=120, cwd=plugin.parent.parent,
     ).stdout.strip()  # fmt: skip
     assert installed.startswith(str(plugin / "venv")), installed
-    assert PORT_LINE.format(TAGGED_PORT) in Path(installed).read_text()
+    assert PORT_LINE.format(port) in Path(installed).read_text()
 
 
 def test_package_add_from_the_tag_then_the_typescript_example_runs_up_with_the_tagged_code(
@@ -227,3 +237,67 @@ def test_the_sources_the_cli_refuses(
     assert served.requests == before
     assert not list((tmp_path / "home").glob("plugins/resource-127*"))
     shutil.rmtree(tmp_path / "home", ignore_errors=True)
+
+
+def _later_version() -> str:
+    major, minor, patch = RELEASED.split(".")
+    return f"{major}.{minor}.{int(patch) + 1}.dev0"
+
+
+def test_package_add_from_a_commit_then_the_typescript_example_runs_up_with_its_code(
+    project_factory: Any, hosts: Path, pulumi_home: Path, served: GitServer, released: tuple[Path, str]
+) -> None:
+    """Before any release (docs/guides/install.md, "Pinning a commit"): `pulumi package add
+    GIT_HOST/ORG/REPO/provider@<full hash>` of a commit no tag names, in examples/typescript, the way the tag is
+    added above: the CLI clones and checks that commit out, the plugin's venv holds exactly the pins with the
+    package at that commit's version, the record names the hash, and `up` runs that commit's code (its default
+    port), neither the tag's nor this checkout's."""
+    _, commit = released
+    project = _project(project_factory, "examples/typescript", hosts, pulumi_home, served, "typescript-commit")
+    npm = subprocess.run(["npm", "install", "--no-audit", "--no-fund"], cwd=project.dir, capture_output=True, text=True,
+                         timeout=600)  # fmt: skip
+    assert npm.returncode == 0, npm.stderr
+    added = project.run("package", "add", f"{GIT_HOST}/{REPO}/provider@{commit}", timeout=1500)
+    output = added.stdout + added.stderr
+    assert "Added package proxy-component" in output, output
+    recorded = yaml.safe_load((project.dir / "Pulumi.yaml").read_text())["packages"]
+    assert recorded == {"proxy-component": f"{GIT_HOST}/{REPO}/provider@{commit}"}
+    sdk = "@proxy-component/proxy-component"
+    source = (project.dir / "index.ts").read_text()
+    (project.dir / "index.ts").write_text(source.replace('from "@pulumi/proxy-component"', f'from "{sdk}"'))
+    _assert_pinned_tagged_plugin(
+        _plugin_dir(pulumi_home, GIT_HOST, f"0.0.0-x{commit}"), version=_later_version(), port=LATER_PORT
+    )
+    project.init()
+    up = project.up()
+    assert "Traceback" not in up.stdout + up.stderr
+    assert project.outputs()["proxyUrl"] == f"http://http-proxy.kube-system.svc.k8s.internal:{LATER_PORT}"
+    project.run("preview", "--expect-no-changes")
+
+
+def test_pip_installs_the_package_from_a_commit(served: GitServer, released: tuple[Path, str], tmp_path: Path) -> None:
+    """`pip install 'proxy-component @ git+https://HOST/ORG/REPO@<full hash>'` (docs/guides/install.md): that
+    commit's code and version, from the git server (by address: pip's git has no cli_wrapper)."""
+    _, commit = released
+    venv = tmp_path / "venv"
+    subprocess.run(["python3", "-m", "venv", str(venv)], check=True, timeout=300)
+    env = {**os.environ, "GIT_SSL_CAINFO": str(served.ca_file), "GIT_TERMINAL_PROMPT": "0"}
+    before = len(served.requests)
+    installed = subprocess.run(
+        [str(venv / "bin/python"), "-m", "pip", "install", "-q", "--no-deps",
+         f"proxy-component @ git+{served.url}/{REPO}.git@{commit}"],
+        capture_output=True, text=True, env=env, timeout=900,
+    )  # fmt: skip
+    assert installed.returncode == 0, installed.stderr
+    assert ("POST", f"/{REPO}.git/git-upload-pack") in served.requests[before:]
+    listing = subprocess.run([str(venv / "bin/python"), "-m", "pip", "list", "--format", "json"],
+                             capture_output=True, text=True, check=True, timeout=120)  # fmt: skip
+    versions = {p["name"]: p["version"] for p in json.loads(listing.stdout)}
+    assert versions["proxy-component"] == _later_version()
+    path = subprocess.run(
+        [str(venv / "bin/python"), "-c",  # where the file is, without importing the package (--no-deps)
+         "import importlib.metadata as m; print(m.distribution('proxy-component').locate_file('proxy_component/settings.py'))"],
+        capture_output=True, text=True, check=True, timeout=120, cwd=tmp_path,
+    ).stdout.strip()  # fmt: skip
+    assert path.startswith(str(venv)), path
+    assert PORT_LINE.format(LATER_PORT) in Path(path).read_text()

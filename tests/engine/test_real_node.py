@@ -454,6 +454,64 @@ def test_check_probe_runs_on_the_real_node_with_the_projects_image(real: RealNod
         assert real.get("pods", "-n", namespace, "-l", "app.kubernetes.io/component=check-probe")["items"] == []
 
 
+PROXY_ADDRESS = "http-proxy.kube-system.svc.k8s.internal:8888"
+
+
+def _memory_peak(real: RealNode) -> tuple[int, int]:
+    """The tinyproxy container's memory cgroup: its peak usage and its limit (cgroup v1, as the node runs)."""
+    line = next(x for x in Path(f"/proc/{_tinyproxy_pid(real)}/cgroup").read_text().splitlines() if ":memory:" in x)
+    cgroup = Path("/sys/fs/cgroup/memory") / line.split(":", 2)[2].lstrip("/")
+    return int((cgroup / "memory.max_usage_in_bytes").read_text()), int((cgroup / "memory.limit_in_bytes").read_text())
+
+
+def test_one_pod_cannot_take_its_nodes_proxy_down(real: RealNode, example: Project, client: str) -> None:
+    """A pod holds 1,100 idle connections to its node's proxy, then sends one request with 150 MB of headers, while
+    a second pod sends 20 requests a second to the origin: every one of those succeeds, the proxy pod is neither
+    restarted nor unready, and its memory stays under its limit (the kernel's per-client limit, patch 0001's bound)."""
+    attacker = _pod("attacker", real.node, real.tool.parent, ["sleep", "86400"], env_from=False)
+    real.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(attacker))
+    real.kubectl("-n", "default", "wait", "--for=condition=Ready", "pod/attacker", "--timeout=120s", timeout=150)
+    before = real.proxy_pod()
+    kubectl = ["kubectl", "--kubeconfig", str(real.kubeconfig), "exec"]
+    load = subprocess.Popen([*kubectl, client, "--", "/tools/tool", "load", "http://origin.example/steady", "60", "20"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    hold = subprocess.Popen([*kubectl, "attacker", "--", "/tools/tool", "hold", PROXY_ADDRESS, "1100", "30"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert hold.stdout is not None
+        held = json.loads(hold.stdout.readline())  # all 1,100 tried; the held ones stay open 30 s more
+        flood = json.loads(real.kubectl("exec", "attacker", "--", "/tools/tool", "flood", PROXY_ADDRESS, "150",
+                                        timeout=120).strip().splitlines()[-1])  # fmt: skip
+        during = real.proxy_pod()
+        out, err = load.communicate(timeout=180)
+    finally:
+        for proc in (hold, load):
+            proc.kill()
+            proc.wait()
+        real.kubectl("delete", "pod", "attacker", "-n", "default", "--wait=false", check=False)
+    figures = json.loads(out.strip().splitlines()[-1])
+    after = real.proxy_pod()
+    peak, limit = _memory_peak(real)
+    print(
+        f"realnode: one pod's attacks: hold {held}; flood sent {flood.get('sent', 0) / 1e6:.1f} MB, "
+        f"{flood.get('writeError', 'no write error')}, answer {flood.get('status')!r}; the other pod's 20 req/s: "
+        f"{figures['ok']} of {figures['sent']} ok, longest gap {figures['longestGapMs']} ms; the proxy's memory peak "
+        f"{peak / 2**20:.1f} MiB of its {limit / 2**20:.0f} MiB limit",
+        file=sys.stderr,
+    )
+    assert held["held"] == 64, held  # firewall.maxConnectionsPerClient
+    assert held["held"] + held["refused"] == 1100, held
+    assert flood["status"] == "HTTP/1.0 431 Request Header Fields Too Large", flood
+    assert flood["sent"] < 10_000_000, flood  # the connection was closed long before 150 MB
+    assert (figures["sent"], figures["failed"]) == (1200, 0), (figures, err)
+    for pod in (during, after):
+        assert pod["metadata"]["uid"] == before["metadata"]["uid"]
+        assert pod["status"]["containerStatuses"][0]["ready"], pod["status"]
+        restarts = pod["status"]["containerStatuses"][0]["restartCount"]
+        assert restarts == before["status"]["containerStatuses"][0]["restartCount"], restarts
+    assert peak < limit, (peak, limit)
+
+
 def _settings(**deployment: Any) -> dict[str, Any]:
     settings: dict[str, Any] = yaml.safe_load((EXAMPLE / "proxy.yaml").read_text())
     settings["deployment"].update(deployment)

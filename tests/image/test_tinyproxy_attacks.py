@@ -13,7 +13,9 @@ rendered nftables table with the init container's own command and the image's nf
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
+import signal
 import socket
 import subprocess
 import textwrap
@@ -30,10 +32,11 @@ from proxy_component.settings import Settings, parse_settings
 from tests.image.test_build import IMAGE_PATH, Built, _scripts_image, _unpack
 
 ROOT = Path(__file__).resolve().parents[2]
-PROXY_IP, ATTACKER_IP, NEIGHBOUR_IP = "10.99.0.1", "10.99.0.2", "10.99.0.3"
+PROXY_IP, ATTACKER_IP, NEIGHBOUR_IP, ORIGIN_IP = "10.99.0.1", "10.99.0.2", "10.99.0.3", "10.99.0.4"
 PORT = 8888
 MEMORY_LIMIT = 128 * 2**20  # the DaemonSet's limit before this change, under which the header flood killed it
 RESULTS: dict[str, dict[str, str]] = {}
+_SERIAL = itertools.count()
 
 
 def _settings() -> Settings:
@@ -109,6 +112,7 @@ class Proxy:
     flavour: str
     root: Path
     netns: str
+    peer: str
     process: subprocess.Popen[bytes]
     cgroup: Path
     log: Path
@@ -148,7 +152,7 @@ def image_root(tmp_path_factory: pytest.TempPathFactory) -> Built:
 def proxy(image_root: Built, flavour: str, *, rules: bool = False, max_clients: int = 1024) -> Iterator[Proxy]:
     """tinyproxy (`image` or `1.11.2`) in a namespace of its own, with a veth to an attacker's namespace, in a memory
     cgroup with the DaemonSet's old 128 MiB limit; the rendered client limits loaded when `rules`."""
-    tag = f"{os.getpid()}{flavour.replace('.', '')}"
+    tag = f"{os.getpid() % 100000}{next(_SERIAL)}{flavour.replace('.', '')[:3]}"
     netns, peer = f"pca-{tag}", f"pcb-{tag}"
     root = image_root.root
     (root / "etc/tinyproxy/tinyproxy.conf").write_text(_conf(max_clients))
@@ -163,6 +167,7 @@ def proxy(image_root: Built, flavour: str, *, rules: bool = False, max_clients: 
             ["ip", "-n", netns, "addr", "add", f"{PROXY_IP}/24", "dev", f"a{tag}"[:15]],
             ["ip", "-n", peer, "addr", "add", f"{ATTACKER_IP}/24", "dev", f"b{tag}"[:15]],
             ["ip", "-n", peer, "addr", "add", f"{NEIGHBOUR_IP}/24", "dev", f"b{tag}"[:15]],
+            ["ip", "-n", peer, "addr", "add", f"{ORIGIN_IP}/24", "dev", f"b{tag}"[:15]],
             *(["ip", "-n", ns, "link", "set", dev, "up"] for ns, dev in ((netns, "lo"), (peer, "lo"))),
             ["ip", "-n", netns, "link", "set", f"a{tag}"[:15], "up"],
             ["ip", "-n", peer, "link", "set", f"b{tag}"[:15], "up"],
@@ -170,7 +175,7 @@ def proxy(image_root: Built, flavour: str, *, rules: bool = False, max_clients: 
         for command in setup:
             subprocess.run(command, check=True)
         if rules:
-            (root / "etc/tinyproxy/nftables.conf").write_text(_client_chain_only(max_clients))
+            (root / "etc/tinyproxy/nftables.conf").write_text(_rendered_table(max_clients))
             env = {"R": str(root), "PATH": IMAGE_PATH}
             from tests.image.test_build import in_image
 
@@ -202,7 +207,7 @@ else: raise SystemExit("tinyproxy did not listen")
 """,
         )
         assert started.returncode == 0, started.stderr + log.read_text(errors="replace")
-        yield Proxy(flavour, root, netns, process, cgroup, log)
+        yield Proxy(flavour, root, netns, peer, process, cgroup, log)
     finally:
         with contextlib.suppress(Exception):
             if "process" in locals():
@@ -220,8 +225,9 @@ else: raise SystemExit("tinyproxy did not listen")
                 time.sleep(0.1)
 
 
-def _client_chain_only(max_clients: int) -> str:
-    """The rendered table (egress chain and client limits) for this namespace's settings."""
+def _rendered_table(max_clients: int) -> str:
+    """The rendered table, both chains, for this namespace's cluster (10.99.0.0/24 as the pod range): the origin of
+    the connection flood, 10.99.0.4, is in it, so tinyproxy may reach the cluster's ranges here."""
     settings = parse_settings(
         {
             "cluster": {"name": "t", "podCidrs": ["10.99.0.0/24"], "serviceCidrs": ["10.96.0.0/12"]},
@@ -328,26 +334,32 @@ def _record(case: str, flavour: str, what: str) -> None:
 
 
 def test_cve_2025_63938_connect_ports_overflow_to_443(each: Proxy) -> None:
-    """Both binaries end at port 443, a ConnectPort: 1.11.2 by the overflow, upstream's fix (3c0fde9) by taking an
-    out-of-range port as the default one. Neither reaches a port outside ConnectPort; upstream's fix does not refuse
-    the request, so this reproducer shows no difference in this configuration (recorded, not hidden)."""
+    """1.11.2 reads :65979 and :4294967739 as 443 (an integer overflow) and opens a tunnel there. Upstream's fix
+    (3c0fde9) would take them as the default port, 443 again; the image's patch 0003 refuses them (400) and connects
+    nowhere."""
     for request in PORT_OVERFLOW:
-        answer, _origin = exchange(each, request)
+        answer, origin = exchange(each, request)
         port = request.split(b" ")[1].decode()
-        _record(f"CVE-2025-63938 CONNECT {port}", each.flavour,
-                f"{status(answer)!r}: a tunnel to port 443 (ConnectPort), as CONNECT :443 gives")  # fmt: skip
-        assert status(answer) == "HTTP/1.1 200 Connection established", answer
-        assert answer.split("\r\n\r\n", 1)[1].startswith("HTTP/1.1 200 OK"), answer  # the origin on 443 answered
+        tunnel = answer.split("\r\n\r\n", 1)[-1].startswith("HTTP/1.1 200 OK")  # the origin on 443 answered
+        _record(f"CVE-2025-63938 CONNECT {port}", each.flavour, f"{status(answer)!r}, tunnel to 443: {tunnel}")
+        if each.flavour == "1.11.2":
+            assert status(answer) == "HTTP/1.1 200 Connection established", answer
+            assert tunnel, answer
+        else:
+            assert status(answer) == "HTTP/1.1 400 Bad Request", answer
+            assert not tunnel, answer
+            assert origin == [], origin
 
 
 FLOOD = """
 import socket, sys
-header = b"X-Flood: " + b"a" * 99_990 + b"\\r\\n"
+value = b"a" * 99_980 + b"\\r\\n"
 c = socket.create_connection(("127.0.0.1", 8888), timeout=30)
 c.sendall(b"GET http://127.0.0.1:8080/ HTTP/1.1\\r\\nHost: 127.0.0.1:8080\\r\\n")
 sent = 0
 try:
-    for _ in range(1500):
+    for i in range(1500):
+        header = b"X-Flood-%d: " % i + value
         c.sendall(header)
         sent += len(header)
 except OSError as exc:
@@ -363,21 +375,33 @@ print("answer", answer.split(b"\\r\\n", 1)[0].decode("latin-1"))
 """
 
 
-def test_one_request_with_150_mb_of_headers(each: Proxy) -> None:
-    """1,500 headers of 100 kB: 1.11.2 takes every byte (no bound on a request's header size: its memory grows with
-    them); the image's answers 431 once 64 KiB are read, closes the connection (the client's writes fail), logs the
-    refusal and stays up."""
+@pytest.mark.parametrize("flavour", ["1.11.2", "image"])
+def test_one_request_with_150_mb_of_headers(image_root: Built, flavour: str) -> None:
+    """1,500 distinct headers of 100 kB, in a memory cgroup with the DaemonSet's former 128 MiB limit: 1.11.2 keeps
+    every header in memory until the kernel OOM-kills it; the image's answers 431 once 64 KiB are read, closes the
+    connection (the client's writes fail), logs the refusal and stays small. A proxy of its own: 1.11.2 dies."""
+    with proxy(image_root, flavour) as each:
+        _flood(each)
+
+
+def _flood(each: Proxy) -> None:
     done = each.exec("python3", "-c", FLOOD)
     assert done.returncode == 0, done.stderr
-    _record("150 MB of request headers", each.flavour,
-            f"{'alive' if each.alive() else 'killed'}, client: {' / '.join(done.stdout.splitlines())!r}")  # fmt: skip
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        each.process.wait(timeout=10 if each.flavour == "1.11.2" else 0.5)
+    peak = each.memory_peak()
+    _record("150 MB of request headers (128 MiB cgroup)", each.flavour,
+            f"{'alive' if each.alive() else f'killed ({each.process.returncode})'}, peak {peak / 2**20:.0f} MiB, "
+            f"client: {' / '.join(done.stdout.splitlines())!r}")  # fmt: skip
     if each.flavour == "1.11.2":
-        assert "stopped" not in done.stdout, done.stdout  # all 150 MB were read
-        assert "431" not in done.stdout, done.stdout
+        assert not each.alive(), (done.stdout, peak)
+        assert each.process.returncode == -signal.SIGKILL, (done.stdout, peak)
+        assert peak >= MEMORY_LIMIT - 2**20, peak
     else:
         assert each.alive(), done.stdout
         assert "stopped" in done.stdout, done.stdout
         assert "answer HTTP/1.0 431 Request Header Fields Too Large" in done.stdout, done.stdout
+        assert peak < 16 * 2**20, peak
         assert "Refused a request whose headers exceed 65536 bytes from 127.0.0.1" in each.log.read_text(
             errors="replace"
         )
@@ -432,7 +456,98 @@ def test_whitespace_before_a_headers_colon(each: Proxy) -> None:
         assert "whitespace before a header's colon" in each.log.read_text(errors="replace")
 
 
-def test_zz_the_table(each: Proxy) -> None:
+ATTACKER = """
+import socket, sys
+held, refused, other = [], 0, 0
+for _ in range(int(sys.argv[1])):
+    s = socket.socket()
+    s.bind((sys.argv[2], 0))
+    s.settimeout(5)
+    try:
+        s.connect(("10.99.0.1", 8888))
+        held.append(s)
+    except ConnectionRefusedError:
+        refused += 1
+        s.close()
+    except OSError:
+        other += 1
+        s.close()
+print(len(held), refused, other, flush=True)
+sys.stdin.read()
+"""
+
+ORIGIN = """
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(204); self.end_headers()
+    def log_message(self, *a): pass
+srv = http.server.ThreadingHTTPServer(("10.99.0.4", 8080), H)
+print("ready", flush=True)
+srv.serve_forever()
+"""
+
+REQUEST = """
+import socket, sys
+s = socket.socket()
+s.bind((sys.argv[1], 0))
+s.settimeout(3)
+try:
+    s.connect((sys.argv[2], 8888))
+    s.sendall(sys.argv[3].encode().decode("unicode_escape").encode("latin-1"))
+    print(s.recv(4096).split(b"\\r\\n", 1)[0].decode("latin-1") or "closed")
+except OSError as exc:
+    print(exc.__class__.__name__)
+"""
+
+
+def _request(p: Proxy, netns: str, source: str, proxy_ip: str, request: str) -> str:
+    done = subprocess.run(["ip", "netns", "exec", netns, "python3", "-c", REQUEST, source, proxy_ip, request],
+                          capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+PROBE = "GET / HTTP/1.1\\r\\nHost: proxy-component.invalid\\r\\n\\r\\n"
+NEIGHBOUR = "GET http://10.99.0.4:8080/ HTTP/1.1\\r\\nHost: 10.99.0.4:8080\\r\\n\\r\\n"
+
+
+@pytest.mark.parametrize("flavour", ["1.11.2", "image"])
+def test_one_client_holding_1030_idle_connections(image_root: Built, flavour: str) -> None:
+    """MaxClients 1024: one client (10.99.0.2) opens 1,030 idle connections. 1.11.2 alone (no kernel rules) is full:
+    the kubelet's probe (loopback) and a neighbour pod (10.99.0.3) get no answer. The image's, behind the rendered
+    table loaded by the init container's command: the client holds 64, the kernel resets the rest, and the probe and
+    the neighbour are served."""
+    with proxy(image_root, flavour, rules=flavour == "image") as p:
+        origin = subprocess.Popen(["ip", "netns", "exec", p.peer, "python3", "-c", ORIGIN], stdout=subprocess.PIPE,
+                                  text=True)  # fmt: skip
+        attacker = subprocess.Popen(["ip", "netns", "exec", p.peer, "python3", "-c", ATTACKER, "1030", ATTACKER_IP],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+        try:
+            assert origin.stdout is not None
+            assert origin.stdout.readline().strip() == "ready"
+            assert attacker.stdout is not None
+            held, refused, other = (int(n) for n in attacker.stdout.readline().split())
+            probe = _request(p, p.netns, "127.0.0.1", "127.0.0.1", PROBE)
+            neighbour = _request(p, p.peer, NEIGHBOUR_IP, PROXY_IP, NEIGHBOUR)
+        finally:
+            for proc in (attacker, origin):
+                proc.kill()
+                proc.wait()
+        _record("1,030 idle connections from one client", flavour,
+                f"held {held}, reset {refused}, other {other}; probe: {probe!r}; neighbour: {neighbour!r}")  # fmt: skip
+        if flavour == "1.11.2":
+            assert held == 1030, (held, refused, other)
+            assert not probe.startswith("HTTP/1.0 200"), probe
+            assert " 204 " not in neighbour, neighbour
+        else:
+            assert (held, refused, other) == (64, 966, 0)
+            assert probe.startswith("HTTP/1.0 200"), probe
+            assert neighbour.endswith(" 204 No Content"), neighbour
+            assert p.alive()
+
+
+def test_zz_the_table() -> None:
     """Not a check of its own: prints each reproducer's outcome per binary (named to run last; -s shows it)."""
     rows = [f"| {case} | {r.get('1.11.2', '-')} | {r.get('image', '-')} |" for case, r in sorted(RESULTS.items())]
     print("\n| reproducer | upstream 1.11.2 | the image's binary |\n|---|---|---|\n" + "\n".join(rows))

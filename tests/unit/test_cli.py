@@ -67,6 +67,35 @@ def test_invalid_input_exits_2_with_the_message_and_writes_nothing(
     assert main(["no-proxy", str(bad)]) == 2
 
 
+ALLOW_ONLY_LOOPBACK = (
+    "cluster.podCidrs: [] and cluster.nodeCidrs: [] leave tinyproxy's Allow with only loopback, so it would refuse "
+    "every pod (expected at least one pod or node CIDR, deployment.allowedSourceCidrs, or a discovered network)"
+)
+
+
+def test_render_answers_the_seven_mistake_file_in_one_run(capsys: pytest.CaptureFixture[str]) -> None:
+    """Every field error and every check across fields (the settings' and the plan's) at once, in a fixed order."""
+    errors = ROOT / "tests/unit/settings_errors"
+    assert main(["render", str(errors / "seven_mistakes.yaml")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    header, *lines = captured.err.splitlines()
+    assert header == "proxy-component: invalid settings:"
+    expected = (errors / "seven_mistakes.expected").read_text().splitlines()
+    assert [line.strip() for line in lines] == [*expected, ALLOW_ONLY_LOOPBACK]
+    assert "S3CRET" not in captured.err
+    assert main(["render", str(errors / "seven_mistakes.yaml")]) == 2
+    assert capsys.readouterr().err == captured.err
+
+
+def test_render_reports_the_allow_list_beside_a_field_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("deployment: {port: eighty}\nnamespaces: [default]\n")
+    assert main(["render", str(bad)]) == 2
+    lines = [line.strip() for line in capsys.readouterr().err.splitlines()[1:]]
+    assert lines == ["deployment.port: 'eighty': Input should be a valid integer", ALLOW_ONLY_LOOPBACK]
+
+
 def test_no_proxy_prints_the_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["no-proxy", str(EXAMPLE)]) == 0
     line = capsys.readouterr().out

@@ -9,17 +9,22 @@ import re
 import shutil
 import subprocess
 import sys
+from importlib.metadata import distribution
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 from proxy_component._release import (
     HEADER,
+    INSTALLER,
     ReleaseError,
     bump,
+    canonical_name,
     changelog_section,
     check_tag,
     engine_pins,
+    plugin_pins,
     plugin_requirements,
     project_version,
 )
@@ -49,7 +54,7 @@ The first.
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     """The files a release touches, copied from this checkout, with a CHANGELOG of three sections."""
-    for name in ("pyproject.toml", "constraints/engine.txt", "provider/requirements.txt"):
+    for name in ("pyproject.toml", "constraints/engine.txt", "constraints/plugin.txt", "provider/requirements.txt"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, tmp_path / name)
     (tmp_path / "CHANGELOG.md").write_text(CHANGELOG)
@@ -63,13 +68,52 @@ def test_the_plugin_requirements_are_what_the_release_module_writes_now() -> Non
 
 
 def test_the_plugin_pins_the_package_at_its_version_and_the_engine_lanes_sdks() -> None:
-    """Read back as pip reads it: `..` (the clone at the tag), the package's version, the pins the engine lane uses."""
+    """Read back as pip reads it: `..` (the clone at the tag), the package's version, the pins the engine lane uses,
+    then every other package's."""
     lines = [ln for ln in (ROOT / "provider/requirements.txt").read_text().splitlines() if not ln.startswith("#")]
     version = re.search(r'^version = "([^"]+)"$', (ROOT / "pyproject.toml").read_text(), re.M)
     assert version is not None
     constraints = [ln for ln in (ROOT / "constraints/engine.txt").read_text().splitlines() if not ln.startswith("#")]
-    assert lines == ["..", f"proxy-component=={version.group(1)}", *constraints]
+    others = [ln for ln in (ROOT / "constraints/plugin.txt").read_text().splitlines() if not ln.startswith("#")]
+    assert lines == ["..", f"proxy-component=={version.group(1)}", *constraints, *others]
     assert {ln.split("==")[0] for ln in constraints} == {"pulumi", "pulumi-kubernetes"}
+    assert all(re.fullmatch(r"[a-z0-9-]+==\S+", ln) for ln in others), others
+
+
+def _installs(name: str) -> set[str]:
+    """What pip installs for `name` without extras: it and its requirements, all the way down (markers for this
+    Python), from the metadata of the distributions installed here."""
+    seen: set[str] = set()
+    todo = [name]
+    while todo:
+        current = canonical_name(todo.pop())
+        if current in seen:
+            continue
+        seen.add(current)
+        for raw in distribution(current).requires or []:
+            requirement = Requirement(raw)
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                todo.append(requirement.name)
+    return seen
+
+
+def test_every_package_the_plugin_installs_is_pinned() -> None:
+    """The package's requirements and theirs (certifi, whose roots the rendered CA bundle holds, cryptography, ...)
+    and the installer's tools the Python host upgrades: each pinned in provider/requirements.txt."""
+    pinned = {canonical_name(name) for name, _ in [*engine_pins(ROOT), *plugin_pins(ROOT)]} | {"proxy-component"}
+    installed = _installs("proxy-component") | _installs("pulumi-kubernetes") | set(INSTALLER)
+    assert {"certifi", "cryptography", "pydantic-core", "grpcio"} <= installed
+    assert sorted(installed - pinned) == [], "run: python -m proxy_component._release lock --write"
+
+
+def test_a_package_pinned_twice_or_in_both_files_is_named(repo: Path) -> None:
+    plugin = repo / "constraints/plugin.txt"
+    plugin.write_text(plugin.read_text() + "PyYAML==6.0.4\n")
+    with pytest.raises(ReleaseError, match=r"^constraints/plugin.txt: PyYAML is pinned twice "):
+        plugin_requirements(repo)
+    plugin.write_text("pulumi==3.259.0\n")
+    with pytest.raises(ReleaseError, match=r"^constraints/plugin.txt: pulumi is pinned in constraints/engine.txt "):
+        plugin_requirements(repo)
 
 
 def test_the_examples_for_other_languages_use_the_pinned_pulumi_sdk() -> None:
@@ -84,12 +128,12 @@ def test_a_stale_requirements_file_or_another_version_refuses_the_tag(repo: Path
     assert check_tag(repo, "v0.3.0") == []
     (repo / "provider/requirements.txt").write_text("..\npulumi>=3.259,<4\n")
     assert check_tag(repo, "v0.3.0") == [
-        "provider/requirements.txt: not what pyproject.toml and constraints/engine.txt give "
+        "provider/requirements.txt: not what pyproject.toml, constraints/engine.txt and constraints/plugin.txt give "
         "(run: python -m proxy_component._release requirements --write)"
     ]
     assert check_tag(repo, "v0.2.0") == [
         "pyproject.toml: version '0.3.0' is not the tag's '0.2.0' (run: python -m proxy_component._release bump 0.2.0)",
-        "provider/requirements.txt: not what pyproject.toml and constraints/engine.txt give "
+        "provider/requirements.txt: not what pyproject.toml, constraints/engine.txt and constraints/plugin.txt give "
         "(run: python -m proxy_component._release requirements --write)",
     ]
 
@@ -229,6 +273,22 @@ def test_the_install_guide_shows_the_requirements_a_release_of_this_version_inst
     assert block.group(1).splitlines() == [re.sub(r"^proxy-component==.*", f"proxy-component=={released}", ln)
                                            for ln in lines]  # fmt: skip
     assert f"provider@v{released}" in guide
+
+
+def test_the_install_guide_says_how_to_pin_a_commit_before_a_release() -> None:
+    """The commit forms for pip and for `pulumi package add`, with a full hash, and the engine tests that run them
+    as the tag's form is run (tests/engine/test_package_add.py)."""
+    guide = (ROOT / "docs/guides/install.md").read_text()
+    section = guide[guide.index("## Pinning a commit (before a release)") :]
+    (commit,) = set(re.findall(r"@([0-9a-f]+)\b", section))
+    assert len(commit) == 40, commit
+    assert f"pip install 'proxy-component @ git+https://github.com/proxy-component/proxy-component@{commit}'" in section
+    assert f"pulumi package add github.com/proxy-component/proxy-component/provider@{commit}" in section
+    engine = (ROOT / "tests/engine/test_package_add.py").read_text()
+    named = re.findall(r"test_package_add\.py::(\w+)", section)
+    assert named
+    for test in [*named, "test_pip_installs_the_package_from_a_commit"]:
+        assert f"def {test}(" in engine, test
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from proxy_component.settings import Settings, SettingsError, load_settings, parse_settings
 
@@ -44,6 +45,43 @@ def test_all_problems_are_reported_at_once() -> None:
         "cluster.serviceCidrs[0]",
         "deployment.port",
     ]
+
+
+def test_the_seven_mistake_file_gives_one_ordered_list_whatever_the_key_order() -> None:
+    data = yaml.safe_load((ERRORS / "seven_mistakes.yaml").read_text())
+    expected = (ERRORS / "seven_mistakes.expected").read_text().splitlines()
+    assert len(expected) >= 7
+
+    def reversed_keys(value: object) -> object:
+        if isinstance(value, dict):
+            return {key: reversed_keys(value[key]) for key in reversed(list(value))}
+        return value
+
+    for given in (data, reversed_keys(data)):
+        with pytest.raises(SettingsError) as caught:
+            parse_settings(given)  # type: ignore[arg-type]
+        assert caught.value.problems == expected
+
+
+def test_a_check_whose_field_is_invalid_is_skipped_and_the_others_run() -> None:
+    """cluster.kubernetesVersion is invalid: the admission check that reads it is skipped; the ipFamily check runs."""
+    with pytest.raises(SettingsError) as caught:
+        parse_settings(
+            {
+                "cluster": {"kubernetesVersion": "latest", "ipFamily": "ipv6", "serviceCidrs": ["10.96.0.0/12"]},
+                "injection": {"admission": True},
+            }
+        )
+    assert [p.split(":")[0] for p in caught.value.problems] == ["cluster.kubernetesVersion", "cluster.ipFamily"]
+
+
+def test_settings_made_without_parse_settings_are_checked_too() -> None:
+    """The model itself runs every check (all at once) when nothing defers them."""
+    with pytest.raises(ValidationError) as caught:
+        Settings.model_validate({"injection": {"trustManager": True}, "deployment": {"enabled": False}})
+    text = str(caught.value)
+    assert "injection.trustManager: true needs proxy.upstream.trustedCa" in text
+    assert "proxy.httpProxy: required when deployment.enabled is false" in text
 
 
 def test_camel_and_snake_case_keys_give_the_same_settings() -> None:

@@ -8,9 +8,16 @@
 //	tool load URL SECONDS RATE         GET URL RATE times a second for SECONDS, each on a new connection, 2 s timeout
 //	                                   each; one JSON object: sent, ok, failed, the failures' offsets and errors, and
 //	                                   the longest time between two successful answers (ms)
+//	tool hold ADDR COUNT SECONDS       open COUNT idle TCP connections to ADDR (host:port), one after another, 2 s
+//	                                   timeout each; print one JSON object (held, refused, other) once all were tried,
+//	                                   then keep the held ones open for SECONDS
+//	tool flood ADDR MEGABYTES          one request to the proxy at ADDR whose headers are MEGABYTES of 100 kB lines,
+//	                                   each with its own name; one JSON object: bytes sent, the write error if one
+//	                                   stopped it, and the answer's status line
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -19,6 +26,7 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -124,9 +132,58 @@ func load(url string, seconds, rate int) {
 	fmt.Println(string(enc))
 }
 
+func hold(addr string, count, seconds int) {
+	var held []net.Conn
+	refused, other := 0, 0
+	for i := 0; i < count; i++ {
+		conn, err := net.DialTimeout("tcp", addr, 2*time.Second)
+		switch {
+		case err == nil:
+			held = append(held, conn)
+		case strings.Contains(err.Error(), "connection refused"):
+			refused++
+		default:
+			other++
+		}
+	}
+	enc, _ := json.Marshal(map[string]int{"held": len(held), "refused": refused, "other": other})
+	fmt.Println(string(enc))
+	time.Sleep(time.Duration(seconds) * time.Second)
+	for _, conn := range held {
+		conn.Close()
+	}
+}
+
+func flood(addr string, megabytes int) {
+	out := map[string]any{}
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		out["dialError"] = err.Error()
+	} else {
+		defer conn.Close()
+		value := strings.Repeat("a", 99_980)
+		sent := 0
+		_, err = fmt.Fprintf(conn, "GET http://origin.example/flood HTTP/1.1\r\nHost: origin.example\r\n")
+		for i := 0; err == nil && sent < megabytes*1_000_000; i++ {
+			var n int
+			n, err = fmt.Fprintf(conn, "X-Flood-%d: %s\r\n", i, value)
+			sent += n
+		}
+		out["sent"] = sent
+		if err != nil {
+			out["writeError"] = err.Error()
+		}
+		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		line, _ := bufio.NewReader(conn).ReadString('\n')
+		out["status"] = strings.TrimSpace(line)
+	}
+	enc, _ := json.Marshal(out)
+	fmt.Println(string(enc))
+}
+
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: tool fetch URL... | serve ADDR NAME [CERT KEY] | load URL SECONDS RATE")
+		fmt.Fprintln(os.Stderr, "usage: tool fetch URL... | serve ADDR NAME [CERT KEY] | load URL SECONDS RATE | hold ADDR COUNT SECONDS | flood ADDR MEGABYTES")
 		os.Exit(2)
 	}
 	switch args := os.Args[2:]; os.Args[1] {
@@ -147,6 +204,22 @@ func main() {
 			os.Exit(2)
 		}
 		load(args[0], seconds, rate)
+	case "hold", "flood":
+		numbers := make([]int, len(args)-1)
+		for i, arg := range args[1:] {
+			n, err := strconv.Atoi(arg)
+			if err != nil {
+				os.Exit(2)
+			}
+			numbers[i] = n
+		}
+		if os.Args[1] == "hold" && len(numbers) == 2 {
+			hold(args[0], numbers[0], numbers[1])
+		} else if os.Args[1] == "flood" && len(numbers) == 1 {
+			flood(args[0], numbers[0])
+		} else {
+			os.Exit(2)
+		}
 	default:
 		os.Exit(2)
 	}
