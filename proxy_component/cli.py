@@ -17,6 +17,7 @@ import yaml
 
 from .layers import Layered, read_stack
 from .noproxy import NoProxyError
+from .redaction import mask_url
 from .render import capi_manifests, capi_patches, manifests, plain_values, plan_checks
 from .render.admission import admission_objects
 from .render.helm import PROFILES, RENAMED, UnknownProfileError, profile_values, values_yaml
@@ -92,14 +93,20 @@ def _load_layered(
     config: str | None, args: argparse.Namespace | None = None, checks: Sequence[Check] = ()
 ) -> tuple[Settings, Layered | None]:
     """The settings of CONFIG, of a stack's config (--stack: both layers, and which layer gave what), or the
-    embedded example; `checks` (the plan's) report in the settings' round."""
+    embedded example; `checks` (the plan's) report in the settings' round; the settings' warnings (each naming a
+    field, never a value) on stderr."""
     stack = getattr(args, "stack", None)
+    layered = None
     if stack is not None:
         if config is not None:
             raise SettingsError([f"--stack {stack} and CONFIG {config}: give one of them"])
         layered = read_stack(stack, getattr(args, "cwd", None))
-        return parse_settings(layered.data, checks), layered
-    return _load_file(config, checks), None
+        settings = parse_settings(layered.data, checks)
+    else:
+        settings = _load_file(config, checks)
+    for line in settings.warnings:
+        print(f"proxy-component: warning: {line}", file=sys.stderr)
+    return settings, layered
 
 
 def _load_file(config: str | None, checks: Sequence[Check] = ()) -> Settings:
@@ -323,7 +330,9 @@ def _own_env(pairs: Sequence[str]) -> dict[str, str]:
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep or not name or any(ch.isspace() for ch in name):
-            raise ValueError(f"--env: {pair!r} is not NAME=VALUE (expected e.g. ALL_PROXY=http://proxy.corp:3128)")
+            raise ValueError(  # masked: the value is often a proxy URL, and may hold its password
+                f"--env: {mask_url(pair)!r} is not NAME=VALUE (expected e.g. ALL_PROXY=http://proxy.corp:3128)"
+            )
         own[name] = value
     return own
 

@@ -92,6 +92,8 @@ class ClusterProxy(pulumi.ComponentResource):
             _refuse_outputs(args.settings)
         network = args.network
         settings = parse_settings(args.settings, plan_checks(network is not None and network.gives_allow_sources))
+        for line in settings.warnings:
+            pulumi.log.warn(line, resource=self)
         self.settings: Settings = settings
         self.resources: dict[str, pulumi.CustomResource] = {}
 

@@ -19,6 +19,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from .redaction import mask_url
+
 __all__ = [
     "Category",
     "Entry",
@@ -122,13 +124,10 @@ class Entry:
         return (self.category, self.kind, 0, 0, 0, self.value, self.port or 0)
 
 
-_USERINFO = re.compile(r"^((?:[A-Za-z][A-Za-z0-9+.-]*://)?)[^/]*@")
-
-
 def _bad(value: str, origin: str, reason: str) -> NoProxyError:
-    """The error naming the entry, its user info (a pasted proxy URL's `user:password@`) masked."""
+    """The error naming the entry; a pasted proxy URL (an '@' or '://' in it) masked whatever its shape."""
     where = f"{origin}: " if origin else ""
-    shown = _USERINFO.sub(r"\1***@", value)
+    shown = mask_url(value) if "@" in value or "://" in value else value
     return NoProxyError(f"{where}{shown!r} {reason} ({_ACCEPTED})")
 
 

@@ -380,7 +380,11 @@ def settings_from_inputs(value: Any) -> dict[str, Any]:
     """
     known = _known(value, "settings")
     if not isinstance(known, Mapping):
-        raise SettingsError([f"settings: {known!r} is not an object (expected e.g. {{namespaces: [default]}})"])
+        raise SettingsError(
+            [
+                f"settings: a {type(known).__name__} is not an object (value hidden; expected e.g. {{namespaces: [default]}})"
+            ]
+        )
     return _camel(known, Settings)
 
 

@@ -45,6 +45,7 @@ from .noproxy import (
     loopback_sources,
     parse_entry,
 )
+from .redaction import mask_url
 
 __all__ = [
     "CHECKS",
@@ -225,33 +226,32 @@ ListenPort = Annotated[int, Field(strict=True, ge=1024, le=65535)]
 def _proxy_url(value: str) -> str:
     """A proxy URL that every client can parse: http(s)://[user:pass@]host[:port], nothing else."""
     accepted = "expected http://host:port or https://host:port, optionally with user:password@"
+    shown = mask_url(value)  # never the value: a typo may have moved its password anywhere
     try:
         parts = urlsplit(value.strip())
     except ValueError:
-        raise ValueError(f"{redact_url(value)!r} is not a URL ({accepted})") from None
+        raise ValueError(f"{shown!r} is not a URL ({accepted})") from None
     try:
         port = parts.port
     except ValueError:
         raise ValueError(
-            f"{redact_url(value)!r} has a port that is not a number from 1 to 65535, or a password with an unencoded "
+            f"{shown!r} has a port that is not a number from 1 to 65535, or a password with an unencoded "
             f"'#', '/' or '?' (percent-encode it, e.g. %23) ({accepted})"
         ) from None
-    if parts.scheme not in ("http", "https"):
-        raise ValueError(f"{redact_url(value)!r} has scheme {parts.scheme or 'none'!r} ({accepted})")
+    if parts.scheme not in ("http", "https") or not value.strip().lower().startswith(f"{parts.scheme}://"):
+        raise ValueError(f"{shown!r} does not begin with http:// or https:// ({accepted})")
     if not parts.hostname:
-        raise ValueError(f"{redact_url(value)!r} has no host ({accepted})")
+        raise ValueError(f"{shown!r} has no host ({accepted})")
     if not _url_host_ok(parts.hostname):
         raise ValueError(
-            f"{redact_url(value)!r} has host {parts.hostname!r}, which is neither a host name nor an IP address: "
+            f"{shown!r} has a host that is neither a host name nor an IP address: "
             "the JVM would read quotes, '|' or spaces in it as more options or patterns (expected letters, digits, "
             "'-', '_' and '.', e.g. proxy.corp, or an IP address)"
         )
     if parts.path not in ("", "/") or parts.query or parts.fragment:
-        raise ValueError(
-            f"{redact_url(value)!r} has a path, query or fragment, which clients ignore or reject ({accepted})"
-        )
+        raise ValueError(f"{shown!r} has a path, query or fragment, which clients ignore or reject ({accepted})")
     if port == 0:
-        raise ValueError(f"{redact_url(value)!r} has port 0 ({accepted})")
+        raise ValueError(f"{shown!r} has port 0 ({accepted})")
     return parts._replace(path="").geturl()
 
 
@@ -268,25 +268,29 @@ def _url_host_ok(host: str) -> bool:
 
 
 def redact_url(url: str) -> str:
-    """The URL with any userinfo replaced, safe for messages and plain outputs.
+    """The URL safe for messages and plain outputs, whatever its shape: userinfo, and anything that could hold it
+    after a typo, replaced by `***` (see `redaction.mask_url`)."""
+    return mask_url(url)
 
-    Works on text urlsplit cannot parse (an unencoded '#', '/' or '?' in a
-    password): everything between '://' and the last '@' is hidden.
-    """
-    scheme, sep, rest = url.partition("://")
-    if not sep or "@" not in rest:
-        return url
-    return f"{scheme}://***@{rest.rpartition('@')[2]}"
+
+_CREDENTIAL_FIELDS = ("url", "httpproxy", "httpsproxy", "nodehttpproxy", "nodehttpsproxy", "username")
+"""The fields whose value may hold a credential (proxy URLs, a user name that may hold the password by mistake);
+`password` is never shown at all."""
 
 
 def _shown(path: str, value: Any) -> str:
     """How an invalid input appears in an error: never a password, a credentialed URL or a whole mapping."""
+    last = re.sub(r"\[\d+\]$", "", path).rpartition(".")[2].replace("_", "").lower()
     if "password" in path.lower():
         return "(hidden)"
-    if isinstance(value, str):
-        return repr(redact_url(value))
     if isinstance(value, (Mapping, list, tuple)):
         return f"(a {type(value).__name__})"
+    if last in _CREDENTIAL_FIELDS:
+        if isinstance(value, str) and last != "username":
+            return repr(mask_url(value))
+        return f"(a {type(value).__name__}, hidden)"
+    if isinstance(value, str) and (path == "proxy" or path.startswith("proxy.") or "@" in value or "://" in value):
+        return repr(mask_url(value))  # under `proxy`, any text may be a mistyped proxy URL (`upstream: URL`)
     return repr(value)
 
 
@@ -409,6 +413,21 @@ class UpstreamSettings(_Model):
     )
 
     @property
+    def warnings(self) -> list[str]:
+        """What is valid but likely a typo: a user name that may hold the password, no port. Never a value."""
+        lines = []
+        if self.username is not None:
+            lines += _user_name_warnings("proxy.upstream.username:", self.username, self.password is not None)
+        else:
+            lines += _url_warnings("proxy.upstream.url", self.url)
+        if urlsplit(self.url).port is None:
+            lines.append(
+                "proxy.upstream.url: gives no port, so tinyproxy reaches the upstream on port 80 (expected "
+                "host:port, e.g. http://proxy.corp.example:3128; write :80 when port 80 is meant)"
+            )
+        return lines
+
+    @property
     def credentials(self) -> tuple[str, str] | None:
         parts = urlsplit(self.url)
         if self.username is not None:
@@ -438,6 +457,30 @@ class UpstreamSettings(_Model):
         """The upstream's IPv4 address when the URL gives one (the settings refuse IPv6 and odd spellings)."""
         host = self.endpoint[0]
         return host if _inet_aton(host) == host else None
+
+
+def _url_warnings(field: str, url: str) -> list[str]:
+    """The warnings for a valid proxy URL's user info (see `_user_name_warnings`)."""
+    parts = urlsplit(url)
+    if parts.username is None:
+        return []
+    return _user_name_warnings(f"{field}: its user name", unquote(parts.username), bool(parts.password))
+
+
+def _user_name_warnings(where: str, user: str, has_password: bool) -> list[str]:
+    """A user name that may hold the password, typed with ';' for ':' or without the ':' at all: a line naming
+    `where` and why, never the name (it may be the password)."""
+    reasons = []
+    if ";" in user or "," in user:
+        reasons.append("holds ';' or ',' (a ':' mistyped?)")
+    if not has_password:
+        reasons.append("comes with no password")
+    if len(user) >= 16 and all(re.search(c, user) for c in ("[a-z]", "[A-Z]", "[0-9]")):
+        reasons.append("looks random, like a password")
+    if not reasons:
+        return []
+    said = ", ".join(reasons[:-1]) + (" and " if len(reasons) > 1 else "") + reasons[-1]
+    return [f"{where} {said}: if it holds the password, write user:password@ (value hidden)"]
 
 
 def _inet_aton(host: str) -> str | None:
@@ -1348,6 +1391,24 @@ class Settings(_Model):
             raise ValueError("\n".join(problems))
         return self
 
+    @property
+    def warnings(self) -> list[str]:
+        """Valid settings that are likely a typo, one line each naming the field, never its value: shown by every
+        command and in Pulumi previews (pulumi.log.warn)."""
+        p = self.proxy
+        lines = []
+        for name, url in (
+            ("proxy.httpProxy", p.http_proxy),
+            ("proxy.httpsProxy", p.https_proxy),
+            ("proxy.nodeHttpProxy", p.node_http_proxy),
+            ("proxy.nodeHttpsProxy", p.node_https_proxy),
+        ):
+            if url is not None:
+                lines += _url_warnings(name, url)
+        if p.upstream is not None:
+            lines += p.upstream.warnings
+        return lines
+
     # --- derived values ---------------------------------------------------------------------
 
     @property
@@ -1551,7 +1612,11 @@ def _upstream_credentials(settings: Settings) -> Iterator[str]:
     if upstream.password is not None and upstream.username is None:
         yield "proxy.upstream.password: a password needs proxy.upstream.username"
     if re.search(r'[:@"\s]', user):
-        yield f"proxy.upstream.username: {user!r} holds ':', '@', '\"' or a space, which tinyproxy's Upstream cannot carry"
+        where = "proxy.upstream.username:" if upstream.username is not None else "proxy.upstream.url: its user name"
+        yield (
+            f"{where} holds ':', '@', '\"' or a space, which tinyproxy's Upstream cannot carry (value hidden: it may "
+            "hold the password)"
+        )
     if re.search(r'[@"\s]', password):
         yield "proxy.upstream.password: holds '@', '\"' or a space, which tinyproxy's Upstream cannot carry (value hidden)"
 

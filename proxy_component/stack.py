@@ -152,15 +152,30 @@ def layered_from_config(config: pulumi.Config | None = None) -> Layered:
         raise SettingsError([f"{key}: unknown stack config key (accepted: {accepted})" for key in unknown])
     data: dict[str, Any] = {}
     for key in SETTINGS_KEYS:
-        value = config.get_object(key)
+        value = _config_object(config, key)
         if value is not None:
             data[key] = value
     if _layer(config) == INSTALLATION:
         return Layered(data)
     installation = installation_layer(
-        config.get_object(INSTALLATION_KEY), config.get(INSTALLATION_STACK_KEY) or None, _stack_outputs
+        _config_object(config, INSTALLATION_KEY), config.get(INSTALLATION_STACK_KEY) or None, _stack_outputs
     )
     return merge_layers(installation, Layer(CLUSTER, f"stack {pulumi.get_stack()}", data))
+
+
+def _config_object(config: pulumi.Config, key: str) -> Any:
+    """A config value as JSON; one that is not JSON is an error naming the key only (the SDK's own error prints
+    the value, which may be a credentialed URL set without --path)."""
+    try:
+        return config.get_object(key)
+    except pulumi.ConfigTypeError:
+        raise SettingsError(
+            [
+                f"{CONFIG_NAMESPACE}:{key}: is not JSON (value hidden: it may hold a credential; expected settings "
+                f"set with --path, e.g. pulumi config set --secret --path '{CONFIG_NAMESPACE}:proxy.upstream.url' "
+                "http://user:password@proxy.corp:3128)"
+            ]
+        ) from None
 
 
 def _layer(config: pulumi.Config) -> str:
@@ -189,7 +204,8 @@ def installation_main() -> None:
     config = pulumi.Config(CONFIG_NAMESPACE)
     data = layered_from_config(config).data
     check_installation(data, f"stack {pulumi.get_stack()}")
-    parse_settings(data)
+    for line in parse_settings(data).warnings:
+        pulumi.log.warn(line)
     pulumi.export(OUTPUT, pulumi.Output.secret(data))
 
 

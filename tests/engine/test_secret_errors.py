@@ -9,6 +9,7 @@ property's value beside each reason: `property settings with value '{map[... url
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from collections.abc import Callable
@@ -195,3 +196,71 @@ def test_a_bad_cidr_computed_at_run_time_fails_like_a_literal(project_factory: A
     project.run("config", "set", "--secret", "upstreamUrl", UPSTREAM)
     output = _fails_without_the_password(project, "network inputs.podCidrs[0]: '10.0.0.1/33' is not a CIDR")
     assert "a host name" not in output
+
+
+@pytest.mark.parametrize(
+    ("secret", "transform", "expected"),
+    [
+        (
+            UPSTREAM,
+            'u => u.replace("://", "//")',
+            "proxy.upstream.url: '***@proxy.corp.example:3128' does not begin with http:// or https://",
+        ),
+        (
+            base64.b64encode(PASSWORD.encode()).decode(),
+            'b => `http://svc:${Buffer.from(b, "base64").toString()}proxy.corp.example:3128`',
+            "proxy.upstream.url: 'http://***' has a port that is not a number from 1 to 65535",
+        ),
+    ],
+    ids=["url-without-its-colon", "decoded-password-without-its-at"],
+)
+def test_typescript_secret_transformed_with_apply_then_mistyped(
+    project_factory: Any, hosts: Path, plugin: Path, secret: str, transform: str, expected: str
+) -> None:
+    """A secret from config made into the URL with `apply` (a replace; a base64 password decoded into a template)
+    with a typo on the way: the engine masks only the secret's exact value, never what a program makes of it, so
+    only the component's own masking keeps the password out of the error. Before it, the error held the URL."""
+    project = typescript_project(project_factory, hosts, plugin, f"typescript-apply-{len(secret)}")
+    source = (project.dir / "index.ts").read_text()
+    program = source.replace(
+        "const egress = new proxy.ClusterProxy(",
+        "const config = new pulumi.Config();\n"
+        f'const upstreamUrl = config.requireSecret("upstreamSecret").apply({transform});\n'
+        "const egress = new proxy.ClusterProxy(",
+    )
+    program = program.replace(
+        '        proxy: { noProxy: ["fd00::/8"] },',
+        '        proxy: { noProxy: ["fd00::/8"], upstream: { url: upstreamUrl } },',
+    )
+    assert "upstream: { url: upstreamUrl }" in program
+    (project.dir / "index.ts").write_text(program)
+    project.init()
+    project.run("config", "set", "--secret", "upstreamSecret", secret)
+    _fails_without_the_password(project, expected)
+
+
+def test_typescript_preview_warns_of_a_user_name_that_may_hold_the_password(
+    project_factory: Any, hosts: Path, plugin: Path
+) -> None:
+    """';' typed for ':' is a valid URL whose user name holds the password: the preview (through the component
+    provider) warns naming the field, and shows neither the user name nor the password."""
+    project = typescript_project(project_factory, hosts, plugin, "typescript-semicolon")
+    source = (project.dir / "index.ts").read_text()
+    program = source.replace(
+        "const egress = new proxy.ClusterProxy(",
+        "const config = new pulumi.Config();\nconst egress = new proxy.ClusterProxy(",
+    )
+    program = program.replace(
+        '        proxy: { noProxy: ["fd00::/8"] },',
+        '        proxy: { noProxy: ["fd00::/8"], upstream: { url: config.requireSecret("upstreamUrl") } },',
+    )
+    assert 'config.requireSecret("upstreamUrl")' in program
+    (project.dir / "index.ts").write_text(program)
+    project.init()
+    project.run("config", "set", "--secret", "upstreamUrl", UPSTREAM.replace("svc:", "svc;"))
+    result = project.run("preview")
+    output = result.stdout + result.stderr
+    assert "proxy.upstream.url: its user name holds ';' or ',' (a ':' mistyped?)" in output, output
+    assert PASSWORD not in output
+    assert "svc;" not in output
+    assert PASSWORD not in json.dumps(project.export())

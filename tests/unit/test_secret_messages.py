@@ -31,6 +31,7 @@ OWN = {
     "typo_of_password": {"proxy": {"upstream": {"url": "http://proxy.corp.example:3128", "passwrd": PASSWORD}}},
     "password_as_a_number": {"proxy": {"upstream": {"url": "http://proxy.corp.example:3128", "password": 73190}}},
     "credentials_in_no_proxy": {"proxy": {"noProxy": [f"svc:{PASSWORD}@proxy.corp.example"]}},
+    "upstream_as_a_mistyped_string": {"proxy": {"upstream": f"http//svc:{PASSWORD}proxy.corp.example:3128"}},
     "credentials_in_a_node_proxy": {"proxy": {"nodeHttpProxy": f"ftp://svc:{PASSWORD}@proxy.corp.example:21"}},
     "bad_cidr_beside_the_url": {
         "cluster": {"podCidrs": ["10.0.0.1/33"]},
@@ -92,3 +93,15 @@ def test_no_command_prints_the_password_of_a_bad_settings_file(
     for text in outputs:
         assert PASSWORD not in text
         assert "73190" not in text
+
+
+@pytest.mark.parametrize(
+    "pair", [f"ALL_PROXY http://svc:{PASSWORD}@proxy.corp.example:3128", f"ALL_PROXY:http//svc:{PASSWORD}proxy.corp"]
+)
+def test_explain_env_without_its_equals_sign_is_named_masked(pair: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`explain --env`'s value is often a proxy URL: a pair without '=' is reported without its password."""
+    assert cli.main(["explain", "--env", pair]) == 2
+    err = capsys.readouterr().err
+    assert "--env: " in err
+    assert "is not NAME=VALUE" in err
+    assert PASSWORD not in err
