@@ -475,14 +475,15 @@ def test_one_pod_cannot_take_its_nodes_proxy_down(real: RealNode, example: Proje
     kubectl = ["kubectl", "--kubeconfig", str(real.kubeconfig), "exec"]
     load = subprocess.Popen([*kubectl, client, "--", "/tools/tool", "load", "http://origin.example/steady", "60", "20"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-    hold = subprocess.Popen([*kubectl, "attacker", "--", "/tools/tool", "hold", PROXY_ADDRESS, "1100", "30"],
+    hold = subprocess.Popen([*kubectl, "attacker", "--", "/tools/tool", "hold", PROXY_ADDRESS, "1100", "15"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
         assert hold.stdout is not None
-        held = json.loads(hold.stdout.readline())  # all 1,100 tried; the held ones stay open 30 s more
+        held = json.loads(hold.stdout.readline())  # all 1,100 tried; the held ones stay open 15 s more
+        during = real.proxy_pod()
+        hold.wait(timeout=60)  # then the same pod floods (while it held 64, its 65th connection was refused)
         flood = json.loads(real.kubectl("exec", "attacker", "--", "/tools/tool", "flood", PROXY_ADDRESS, "150",
                                         timeout=120).strip().splitlines()[-1])  # fmt: skip
-        during = real.proxy_pod()
         out, err = load.communicate(timeout=180)
     finally:
         for proc in (hold, load):
@@ -501,8 +502,8 @@ def test_one_pod_cannot_take_its_nodes_proxy_down(real: RealNode, example: Proje
     )
     assert held["held"] == 64, held  # firewall.maxConnectionsPerClient
     assert held["held"] + held["refused"] == 1100, held
-    assert flood["status"] == "HTTP/1.0 431 Request Header Fields Too Large", flood
-    assert flood["sent"] < 10_000_000, flood  # the connection was closed long before 150 MB
+    assert flood.get("status") == "HTTP/1.0 431 Request Header Fields Too Large", flood
+    assert flood.get("sent", 0) < 10_000_000, flood  # the connection was closed long before 150 MB
     assert (figures["sent"], figures["failed"]) == (1200, 0), (figures, err)
     for pod in (during, after):
         assert pod["metadata"]["uid"] == before["metadata"]["uid"]
