@@ -589,6 +589,7 @@ Quantity = Annotated[str, BeforeValidator(_quantity_text)]
 # headers, 143 KiB a transfer whose client stops reading (relay buffers and socket buffers full): the worst case.
 PROXY_BASE_MEMORY_KIB = 4 * 1024
 PROXY_MEMORY_PER_CONNECTION_KIB = 144
+_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(m|Ki|Mi|Gi|Ti|k|M|G|T)?$")
 _QUANTITY_UNITS = {
     "": 1,
     "k": 10**3,
@@ -616,7 +617,7 @@ def default_proxy_memory_limit(max_clients: int) -> str:
 
 def quantity_bytes(quantity: str) -> int:
     """A memory quantity (`192Mi`, `1G`, `134217728`) in bytes; `m` (milli) is taken as a thousandth."""
-    match = re.match(r"^([0-9]+(?:\.[0-9]+)?)(m|Ki|Mi|Gi|Ti|k|M|G|T)?$", quantity)
+    match = _QUANTITY.match(quantity)
     if not match:
         raise ValueError(f"{quantity!r} is not a Kubernetes quantity (expected e.g. 64Mi)")
     number, unit = float(match.group(1)), match.group(2) or ""
@@ -637,7 +638,7 @@ class Resources(_Model):
         problems = [
             f"{key}: {quantity!r} is not a Kubernetes quantity (expected e.g. 100m or 64Mi)"
             for key, quantity in value.items()
-            if not re.match(r"^[0-9]+(\.[0-9]+)?(m|Ki|Mi|Gi|Ti|k|M|G|T)?$", str(quantity))
+            if not _QUANTITY.match(str(quantity))
         ]
         if problems:
             raise ValueError("\n".join(problems))

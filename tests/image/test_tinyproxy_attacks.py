@@ -7,7 +7,7 @@ rendered tinyproxy.conf, in a network namespace of the test's own: tinyproxy on 
 on loopback (ports 80 and 443 as well: the port overflow lands there), clients on loopback, or, for the
 connection flood, in a second namespace at 10.99.0.2 and 10.99.0.3 behind a veth pair. The image's run loads the
 rendered nftables table with the init container's own command and the image's nft, as the DaemonSet does.
-`test_the_table` at the end prints what happened to each, per binary (the closing note's table).
+`test_zz_the_table` at the end prints what happened to each, per binary (the closing note's table).
 """
 
 from __future__ import annotations
@@ -16,13 +16,11 @@ import contextlib
 import itertools
 import os
 import signal
-import socket
 import subprocess
 import textwrap
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -60,51 +58,6 @@ def _conf(max_clients: int = 1024) -> str:
         StatHost "proxy-component.invalid"
         """
     )
-
-
-@dataclass
-class Origin:
-    """A loopback origin on ports 80, 443 and 8080 that records what each connection sent and answers 200."""
-
-    received: list[bytes] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def serve(self, port: int) -> None:
-        server = socket.create_server(("127.0.0.1", port), backlog=64)
-        threading.Thread(target=self._accept, args=(server,), daemon=True).start()
-
-    def _accept(self, server: socket.socket) -> None:
-        while True:
-            conn, _ = server.accept()
-            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
-
-    def _one(self, conn: socket.socket) -> None:
-        data = b""
-        conn.settimeout(2)
-        with contextlib.suppress(OSError):
-            while b"\r\n\r\n" not in data:
-                chunk = conn.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
-            with contextlib.suppress(OSError):
-                conn.settimeout(0.5)
-                while chunk := conn.recv(65536):
-                    data += chunk
-            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
-        conn.close()
-        with self.lock:
-            self.received.append(data)
-
-    def wait(self, count: int, timeout: float = 5.0) -> list[bytes]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with self.lock:
-                if len(self.received) >= count:
-                    return list(self.received)
-            time.sleep(0.05)
-        with self.lock:
-            return list(self.received)
 
 
 @dataclass
