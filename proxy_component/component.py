@@ -17,6 +17,7 @@ import pulumi_kubernetes as k8s
 
 from .discovery.network import ClusterNetwork
 from .explain import preview_warnings
+from .layers import CLUSTER, Layer, installation_layer, merge_layers
 from .noproxy import NoProxy, NoProxyError
 from .render import PlanInputs, Planned, node_values, plan, plan_checks
 from .render.capi import kubeadm_config_spec
@@ -73,6 +74,12 @@ class ClusterProxyArgs:
     network: ClusterNetwork | None = None
     management_provider: pulumi.ProviderResource | None = None
     """Provider of the Cluster API management cluster, for the `capi` Secrets; default: the component's."""
+    installation: Mapping[str, Any] | None = None
+    """The installation layer (the fleet's shared upstream, CA, noProxy, ...) as settings, e.g. the `installation`
+    output of an installation stack: `settings` go on top of it by the fleet's merge rules (docs/guides/fleet.md)."""
+    installation_stack: str | None = None
+    """An installation stack (`org/project/stack`, or a stack of this program's project) whose `installation`
+    output is the installation layer; not with `installation`."""
 
 
 def _child_opts(parent: pulumi.Resource, extra: pulumi.ResourceOptions | None = None) -> pulumi.ResourceOptions:
@@ -90,8 +97,11 @@ class ClusterProxy(pulumi.ComponentResource):
         super().__init__(TYPE_TOKEN, name, None, opts)
         if not isinstance(args.settings, Settings):
             _refuse_outputs(args.settings)
+        if args.installation is not None:
+            _refuse_outputs(args.installation, "installation")
         network = args.network
-        settings = parse_settings(args.settings, plan_checks(network is not None and network.gives_allow_sources))
+        given = layered_settings(args.settings, args.installation, args.installation_stack)
+        settings = parse_settings(given, plan_checks(network is not None and network.gives_allow_sources))
         for line in settings.warnings:
             pulumi.log.warn(line, resource=self)
         self.settings: Settings = settings
@@ -419,6 +429,41 @@ def merge_values(user: pulumi.Input[Mapping[str, Any]], proxy: pulumi.Input[Mapp
     An Output, secret when either side is: pass it to `helm.v3.Release(values=...)` or `helm.v4.Chart(values=...)`.
     """
     return pulumi.Output.all(user, proxy).apply(lambda both: _merge_plain(both[0], both[1]))
+
+
+CLUSTER_SOURCE = "ClusterProxy settings"
+"""The cluster layer's source in ClusterProxy's merge errors (`set by the installation (stack fleet) and by this
+cluster (ClusterProxy settings)`)."""
+
+
+def layered_settings(
+    settings: Settings | Mapping[str, Any], installation: Any = None, installation_stack: str | None = None
+) -> Settings | Mapping[str, Any]:
+    """`settings` on top of the installation layer that `installation` or `installation_stack` gives, by the rules
+    of `layers` (the stack program's, and ClusterProxy's from every language); `settings` alone without either."""
+    layer = installation_layer(installation, installation_stack or None, read_stack_outputs, namespace=None)
+    if layer is None:
+        return settings
+    if isinstance(settings, Settings):
+        raise SettingsError(
+            [
+                "settings: a Settings object cannot be merged with the installation layer (pass the settings as a "
+                "mapping, with the YAML file's keys)"
+            ]
+        )
+    return merge_layers(layer, Layer(CLUSTER, CLUSTER_SOURCE, settings)).data
+
+
+def read_stack_outputs(name: str) -> Any:
+    """Another stack's outputs, secrets decrypted, through the engine's own stack-reference read (the invoke that
+    StackReference.get_output_details makes): known now, so that they can decide which objects exist, and not
+    recorded in this stack's state. A bare stack name is one of this program's project."""
+    organization = pulumi.get_organization() or "organization"  # what a self-managed backend calls it
+    qualified = name if "/" in name else f"{organization}/{pulumi.get_project()}/{name}"
+    result = pulumi.runtime.invoke("pulumi:pulumi:readStackOutputs", {"name": qualified})
+    if result.value is None:
+        return None
+    return result.value.get("outputs")
 
 
 def _refuse_outputs(data: Any, path: str = "") -> None:

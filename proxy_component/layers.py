@@ -73,13 +73,17 @@ class Layered:
         return None
 
 
-def merge_layers(installation: Layer | None, cluster: Layer) -> Layered:
-    """The cluster's settings on top of the installation's, by the module's rules; every conflict in one error."""
+def merge_layers(installation: Layer | None, cluster: Layer, *, cluster_only: bool = True) -> Layered:
+    """The cluster's settings on top of the installation's, by the module's rules; every conflict in one error.
+
+    `cluster_only=False` merges two parts of one cluster's settings (a project's config under its stack's), where
+    the lower one may set `cluster` too.
+    """
     if installation is None or not installation.data:
         return Layered(dict(cluster.data), _paths(cluster.data, "", cluster.name))
     if not isinstance(installation.data, Mapping):
         raise SettingsError([f"{installation.source}: {type(installation.data).__name__} is not an object of settings"])
-    problems = _cluster_only(installation.data, installation.source)
+    problems = _cluster_only(installation.data, installation.source) if cluster_only else []
     layers: dict[str, str] = {}
     merged = _merge(dict(installation.data), dict(cluster.data), "", installation, cluster, layers, problems)
     if problems:
@@ -153,38 +157,42 @@ LAYER_KEYS = (LAYER_KEY, INSTALLATION_STACK_KEY, INSTALLATION_KEY)
 
 
 def installation_layer(
-    inline: Any, stack_name: str | None, read_outputs: Any, namespace: str = NAMESPACE
+    inline: Any, stack_name: str | None, read_outputs: Any, namespace: str | None = NAMESPACE
 ) -> Layer | None:
-    """The installation layer a cluster stack names: inline, or the `installation` output of an installation stack.
+    """The installation layer a cluster names: inline, or the `installation` output of an installation stack.
 
     `read_outputs(name)` returns that stack's outputs, secrets decrypted; a missing output (a stack never updated
-    as an installation, or whose secrets this stack cannot decrypt) is an error, never an empty layer.
+    as an installation, or whose secrets this stack cannot decrypt) is an error, never an empty layer. Errors name
+    the stack config keys (`proxy-component:installation`), or with `namespace=None` ClusterProxy's inputs
+    (`installation`, `installationStack`).
     """
+    inline_key = f"{namespace}:{INSTALLATION_KEY}" if namespace else INSTALLATION_KEY
+    stack_key = f"{namespace}:{INSTALLATION_STACK_KEY}" if namespace else INSTALLATION_STACK_KEY
     if inline is not None and stack_name:
-        raise SettingsError(
-            [
-                f"{namespace}:{INSTALLATION_KEY} and {namespace}:{INSTALLATION_STACK_KEY}: both set; the installation "
-                "layer comes from one of them"
-            ]
-        )
+        raise SettingsError([f"{inline_key} and {stack_key}: both set; the installation layer comes from one of them"])
     if stack_name:
+        if not isinstance(stack_name, str):
+            raise SettingsError(
+                [
+                    f"{stack_key}: a {type(stack_name).__name__} is not a stack name (expected e.g. fleet or org/project/fleet)"
+                ]
+            )
         outputs = read_outputs(stack_name) or {}
         value = outputs.get(OUTPUT)
         if not isinstance(value, Mapping):
             raise SettingsError(
                 [
-                    f"{namespace}:{INSTALLATION_STACK_KEY}: stack {stack_name!r} has no output {OUTPUT!r} this stack can "
-                    f"read (expected a stack with {namespace}:{LAYER_KEY}: {INSTALLATION}, updated with `pulumi up`, "
-                    "in this backend and with the same secrets provider or passphrase)"
+                    f"{stack_key}: stack {stack_name!r} has no output {OUTPUT!r} this program can read (expected a "
+                    f"stack with {NAMESPACE}:{LAYER_KEY}: {INSTALLATION}, updated with `pulumi up`, in this backend "
+                    "and with the same secrets provider or passphrase; a bare name is a stack of this program's "
+                    "project, another project's is org/project/stack)"
                 ]
             )
         return Layer(INSTALLATION, f"stack {stack_name}", value)
     if inline is not None:
         if not isinstance(inline, Mapping):
-            raise SettingsError(
-                [f"{namespace}:{INSTALLATION_KEY}: {type(inline).__name__} is not an object of settings"]
-            )
-        return Layer(INSTALLATION, f"{namespace}:{INSTALLATION_KEY}", inline)
+            raise SettingsError([f"{inline_key}: {type(inline).__name__} is not an object of settings"])
+        return Layer(INSTALLATION, inline_key, inline)
     return None
 
 

@@ -46,7 +46,13 @@ class ClusterProxyArgs(TypedDict):
     """The component's inputs: the settings, and the network of a cluster this program creates."""
 
     settings: NotRequired[pulumi.Input[provider_types.Settings]]
-    """The settings, with the keys of the YAML file and the stack config (proxy, cluster, deployment, namespaces, injection, runtimes, capi, helmValuesSecrets). They decide which objects exist, so they must be known when the component is created."""
+    """The settings, with the keys of the YAML file and the stack config (proxy, cluster, deployment, namespaces, injection, runtimes, capi, helmValuesSecrets). They decide which objects exist, so they must be known when the component is created: plain values, or Outputs already known at preview (a StackReference's, whole or nested at any depth), never an output of a resource this program creates."""
+
+    installation: NotRequired[pulumi.Input[provider_types.Settings]]
+    """The installation layer, e.g. `stackRef.requireOutput("installation")` of the fleet's installation stack: `settings` go on top of it by the fleet's merge rules (lists joined, objects merged key by key, a value both set differently is an error naming both; the installation may not set `cluster`). Not with installationStack."""
+
+    installation_stack: NotRequired[pulumi.Input[str]]
+    """The installation stack whose `installation` output is the installation layer (`org/project/stack`, or a stack of this program's project), read when the component is created; the same merge as `installation`."""
 
     pod_cidrs: NotRequired[pulumi.Input[Sequence[pulumi.Input[str]]]]
     """Pod CIDRs of the cluster, e.g. outputs of the cluster resource; added to cluster.podCidrs."""
@@ -273,6 +279,7 @@ class ClusterProxy(component.ClusterProxy):
     """With proxy.upstream.trustedCa: the trust group's variables, volume and mount, ready for a pod spec."""
 
     def __init__(self, name: str, args: ClusterProxyArgs, opts: Optional[pulumi.ResourceOptions] = None) -> None:
+        # `construct` has merged the installation layer into `settings` already (`resolved_settings`).
         settings = settings_from_inputs(args.get("settings") or {})
         super().__init__(name, component.ClusterProxyArgs(settings=settings, network=network_from_inputs(args)), opts)
         # The Python component's per-profile dict and optional spec, as the Outputs the schema declares.
@@ -372,20 +379,35 @@ def network_from_known_inputs(inputs: Mapping[str, Any]) -> NetworkValues:
     )
 
 
-def settings_from_inputs(value: Any) -> dict[str, Any]:
+def settings_from_inputs(value: Any, path: str = "settings") -> dict[str, Any]:
     """The settings input as the YAML file spells it: values known now, keys in camelCase.
 
-    The provider hands nested inputs over with snake_case names; a value another resource has not yet
-    produced (e.g. in a preview) cannot decide which objects exist, and is named in the error.
+    An Output (the whole value, or one at any depth) whose value is known is read as that value; the provider
+    hands nested inputs over with snake_case names; a value another resource has not yet produced (e.g. in a
+    preview) cannot decide which objects exist, and is named in the error.
     """
-    known = _known(value, "settings")
+    known = _known(value, path)
     if not isinstance(known, Mapping):
         raise SettingsError(
             [
-                f"settings: a {type(known).__name__} is not an object (value hidden; expected e.g. {{namespaces: [default]}})"
+                f"{path}: a {type(known).__name__} is not an object (value hidden; expected e.g. {{namespaces: [default]}})"
             ]
         )
     return _camel(known, Settings)
+
+
+_LAYER_INPUTS = ("settings", "installation", "installationStack")
+
+
+def resolved_settings(inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings the component is made from: `settings` on top of the installation layer that `installation` or
+    `installationStack` gives (the stack program's merge, `component.layered_settings`), every value known now."""
+    settings = settings_from_inputs(inputs.get("settings") or {})
+    installation = inputs.get("installation")
+    inline = settings_from_inputs(installation, "installation") if installation is not None else None
+    stack = inputs.get("installationStack")
+    stack_name = _known(stack, "installationStack") if stack is not None else None
+    return dict(component.layered_settings(settings, inline, stack_name or None))
 
 
 def _known(value: Any, path: str) -> Any:
@@ -397,7 +419,9 @@ def _known(value: Any, path: str) -> Any:
             raise SettingsError(
                 [
                     f"{path}: is not known when the component is created (the settings decide which objects "
-                    "exist: pass plain values or stack config, not another resource's outputs)"
+                    "exist, so a preview cannot wait for them): pass plain values, stack config or a "
+                    "StackReference's output, which are known at preview, not an output of a resource this program "
+                    "creates"
                 ]
             )
         return _known(data.result().value, path)
@@ -438,12 +462,15 @@ def _model_of(annotation: Any) -> Optional[type[BaseModel]]:
     return None
 
 
-def check_inputs(inputs: Mapping[str, Any]) -> None:
-    """The settings and the known network inputs as the component checks them, every problem in one SettingsError."""
+def check_inputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings (merged with the installation layer) and the known network inputs as the component checks them,
+    every problem in one SettingsError; the merged settings, as the YAML file spells them."""
     problems: list[str] = []
     gives_sources = any(inputs.get(key) is not None for key in ("podCidrs", "nodeCidrs"))
+    settings: dict[str, Any] = {}
     try:
-        parse_settings(settings_from_inputs(inputs.get("settings") or {}), plan_checks(gives_sources))
+        settings = resolved_settings(inputs)
+        parse_settings(settings, plan_checks(gives_sources))
     except SettingsError as exc:
         problems += exc.problems
     try:
@@ -452,6 +479,7 @@ def check_inputs(inputs: Mapping[str, Any]) -> None:
         problems += exc.problems
     if problems:
         raise SettingsError(problems)
+    return settings
 
 
 class _Provider(ComponentProvider):
@@ -520,9 +548,12 @@ class _Provider(ComponentProvider):
     ) -> ConstructResult:
         try:
             # The SDK maps the inputs by the schema and drops keys it does not know: a typo from an untyped program
-            # (JavaScript, a cast in TypeScript) would vanish. Validate the settings as sent, first.
-            check_inputs(inputs)
-            return super().construct(name, resource_type, inputs, options)
+            # (JavaScript, a cast in TypeScript) would vanish. Validate the settings as sent, first. It also maps an
+            # object that arrives as an Output (a StackReference's output, whole or nested) to {}: hand it the
+            # settings as the plain values they are known to be, merged with the installation layer.
+            settings = check_inputs(inputs)
+            mapped = {key: value for key, value in inputs.items() if key not in _LAYER_INPUTS}
+            return super().construct(name, resource_type, {**mapped, "settings": settings}, options)
         except SettingsError as exc:
             raise _input_error(exc) from None
         except ComponentInitError as exc:

@@ -21,7 +21,7 @@ import pulumi_kubernetes as k8s
 from pulumi.runtime.config import CONFIG, get_config, get_config_env
 from pydantic.alias_generators import to_camel
 
-from .component import ClusterProxy, ClusterProxyArgs
+from .component import ClusterProxy, ClusterProxyArgs, read_stack_outputs
 from .discovery import ClusterNetwork
 from .layers import (
     CLUSTER,
@@ -158,7 +158,7 @@ def layered_from_config(config: pulumi.Config | None = None) -> Layered:
     if _layer(config) == INSTALLATION:
         return Layered(data)
     installation = installation_layer(
-        _config_object(config, INSTALLATION_KEY), config.get(INSTALLATION_STACK_KEY) or None, _stack_outputs
+        _config_object(config, INSTALLATION_KEY), config.get(INSTALLATION_STACK_KEY) or None, read_stack_outputs
     )
     return merge_layers(installation, Layer(CLUSTER, f"stack {pulumi.get_stack()}", data))
 
@@ -185,18 +185,6 @@ def _layer(config: pulumi.Config) -> str:
             [f"{CONFIG_NAMESPACE}:{LAYER_KEY}: {layer!r} is not a layer (expected {CLUSTER} or {INSTALLATION})"]
         )
     return layer
-
-
-def _stack_outputs(name: str) -> Any:
-    """Another stack's outputs, secrets decrypted, through the engine's own stack-reference read (the invoke that
-    StackReference.get_output_details makes): known now, so that they can decide which objects exist, and not
-    recorded in this stack's state. A bare stack name is one of this project's."""
-    organization = pulumi.get_organization() or "organization"  # what a self-managed backend calls it
-    qualified = name if "/" in name else f"{organization}/{pulumi.get_project()}/{name}"
-    result = pulumi.runtime.invoke("pulumi:pulumi:readStackOutputs", {"name": qualified})
-    if result.value is None:
-        return None
-    return result.value.get("outputs")
 
 
 def installation_main() -> None:

@@ -19,10 +19,14 @@ import yaml
 
 from tests.pki import make_ca
 
+from . import test_languages as languages
 from .conftest import ROOT, Project, read_rendered
+from .test_languages import typescript_project
 from .test_stack import render
 
 pytestmark = pytest.mark.engine
+hosts = languages.hosts  # the fixtures, shared with the languages' tests
+plugin = languages.plugin
 NS = "proxy-component"
 PASSWORD = "Fleet-Pa55-4411"
 ROTATED = "Fleet-R0tated-9902"
@@ -193,3 +197,98 @@ def test_the_root_project_declares_the_layer_keys() -> None:
     declared = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())["config"]
     for key in ("layer", "installationStack"):
         assert f"{NS}:{key}" in declared
+
+
+# --- the same fleet from TypeScript: ClusterProxy's installation inputs, no glue --------------------------------
+
+TS_PROGRAM = """import * as pulumi from "@pulumi/pulumi";
+import * as proxy from "@pulumi/proxy-component";
+
+class KubernetesProvider extends pulumi.ProviderResource {
+    constructor(name: string, props: pulumi.Inputs) {
+        super("kubernetes", name, props);
+    }
+}
+const cluster = new KubernetesProvider("cluster", {
+    renderYamlToDirectory: "rendered",
+    enableConfigMapMutable: "true",
+    enableSecretMutable: "true",
+});
+const egress = new proxy.ClusterProxy("egress", {
+    LAYER,
+    settings: SETTINGS,
+}, { providers: [cluster] });
+export const noProxy = egress.noProxy;
+export const proxyUrl = egress.proxyUrl;
+export const env = egress.env;
+"""
+FLEET_STACK = "organization/proxy-component/fleet"
+BY_NAME = f'installationStack: "{FLEET_STACK}"'
+BY_OUTPUT = f'installation: new pulumi.StackReference("{FLEET_STACK}").requireOutput("installation")'
+
+
+def _ts_cluster(name: str, **proxy: Any) -> dict[str, Any]:
+    """A cluster's own settings as the cluster stacks of `fleet` set them."""
+    return {
+        "cluster": {"name": name, **CLUSTERS[name]},
+        "proxy": {"noProxy": [f".{name}.internal", "registry.corp.example"], **proxy},
+        "namespaces": [f"apps-{name}"],
+    }
+
+
+def test_a_typescript_cluster_takes_the_installation_stack_with_no_glue(
+    project_factory: Any, hosts: Path, plugin: Path, tmp_path: Path
+) -> None:
+    """Must-show 1 of issue 37: the installation stack of the root program, read by a TypeScript program's
+    ClusterProxy by name (`installationStack`) or as a StackReference's output (`installation`): the objects are
+    `render` of the merged settings, and a value both layers set fails naming both, in either form."""
+    root: Project = project_factory(".", "fleet", "fleet")
+    root.init()
+    root.config(f"{NS}:layer", "installation")
+    for key, value in INSTALLATION.items():
+        root.config(f"{NS}:{key}", value)
+    root.run("config", "set", "--secret", "--path", f"{NS}:proxy.upstream.password", PASSWORD)
+    said = [root.up().stdout]
+    ts = typescript_project(project_factory, hosts, plugin, "ts-eu")
+    ts.env["PULUMI_BACKEND_URL"] = root.env["PULUMI_BACKEND_URL"]
+    ts.stack = "eu"
+    ts.init()
+    index = ts.dir / "index.ts"
+
+    def program(layer: str, settings: dict[str, Any]) -> None:
+        index.write_text(TS_PROGRAM.replace("LAYER", layer).replace("SETTINGS", json.dumps(settings)))
+
+    program(BY_NAME, _ts_cluster("eu"))
+    up = ts.up()
+    said.append(up.stdout + up.stderr)
+    assert read_rendered(ts.dir / "rendered") == render(_merged("eu", PASSWORD), tmp_path)
+    assert ts.outputs()["env"] == "[secret]"
+    program(BY_OUTPUT, _ts_cluster("eu"))
+    same = ts.run("preview", "--expect-no-changes", check=False)
+    said.append(same.stdout + same.stderr)
+    assert same.returncode == 0, same.stdout + same.stderr
+    # A value both layers set: an error naming both, from either form; nothing is changed.
+    other = _ts_cluster("eu", upstream={"url": "http://other-proxy.corp.example:3128"})
+    for layer, source in ((BY_NAME, f"stack {FLEET_STACK}"), (BY_OUTPUT, "installation")):
+        program(layer, other)
+        failed = ts.run("preview", check=False)
+        output = failed.stdout + failed.stderr
+        said.append(output)
+        assert failed.returncode != 0
+        assert (
+            f"proxy.upstream.url: set by the installation ({source}) and by this cluster (ClusterProxy settings); "
+            "it belongs to one layer: remove it from one of them"
+        ) in output, output
+        assert "Traceback" not in output
+        assert "    at " not in output
+    # Both forms at once: one layer only.
+    program(f"{BY_NAME}, {BY_OUTPUT}", _ts_cluster("eu"))
+    both = ts.run("preview", check=False)
+    said.append(both.stdout + both.stderr)
+    assert "installation and installationStack: both set" in both.stdout + both.stderr
+    for text in said:
+        assert PASSWORD not in text
+    assert PASSWORD not in json.dumps(ts.export())
+    for path in ts.dir.rglob("*"):
+        if path.is_file() and "node_modules" not in path.parts and PASSWORD.encode() in path.read_bytes():
+            assert yaml.safe_load(path.read_text())["kind"] == "Secret", path

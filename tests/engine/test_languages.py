@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -100,6 +101,55 @@ CA = make_ca()
 UPSTREAM = {"url": "http://proxy.corp.example:3128", "trustedCa": CA.cert_pem}
 WITH_TRUST = {**IPV6_ONLY, "proxy": {**IPV6_ONLY["proxy"], "upstream": UPSTREAM}}
 WEB = ("Deployment", "default", "web")
+_TS_CALL = re.compile(
+    r'const egress = new proxy\.ClusterProxy\("egress", \{\n    settings: \{.*?\n    \},\n\}, \{ providers: \[cluster\] \}\);',
+    re.S,
+)
+_GO_SETTINGS = {
+    "whole": re.compile(r"\t\t\tSettings: &proxycomponent\.SettingsArgs\{.*?\n\t\t\t\},\n", re.S),
+    "one object": re.compile(r"\t\t\t\tCluster: &proxycomponent\.ClusterSettingsArgs\{.*?\n\t\t\t\t\},\n", re.S),
+}
+
+
+def _ts_shapes(settings: dict[str, Any]) -> dict[str, str]:
+    """The settings as TypeScript passes them when they arrive as Outputs: the whole object, one object inside it,
+    and a value deep inside (a secret), each known at preview (what a StackReference's output is)."""
+    js = json.dumps
+    proxy = settings["proxy"]
+    return {
+        "whole": f"pulumi.output({js(settings)})",
+        "one object": f"{{ ...{js(settings)}, cluster: pulumi.output({js(settings['cluster'])}) }}",
+        "deep": (
+            f"{{ ...{js(settings)}, proxy: {{ ...{js(proxy)}, upstream: {{ ...{js(proxy['upstream'])}, "
+            f"url: pulumi.secret({js(proxy['upstream']['url'])}) }} }}, "
+            f"namespaces: pulumi.output({js(settings['namespaces'])}) }}"
+        ),
+    }
+
+
+def _go_shapes(settings: dict[str, Any]) -> dict[str, str]:
+    """The same shapes from Go: a typed Output made with ApplyT (as from a StackReference's GetOutput), whole or for
+    one object."""
+
+    def decoded(value: Any, go_type: str) -> str:
+        return (
+            f"pulumi.String(`{json.dumps(value)}`).ToStringOutput().ApplyT(func(s string) (proxycomponent.{go_type}, "
+            f"error) {{ var v proxycomponent.{go_type}; err := json.Unmarshal([]byte(s), &v); return v, err }})"
+            f".(proxycomponent.{go_type}Output)"
+        )
+
+    return {
+        "whole": f"\t\t\tSettings: {decoded(settings, 'Settings')},\n",
+        "one object": f"\t\t\t\tCluster: {decoded(settings['cluster'], 'ClusterSettings')},\n",
+    }
+
+
+def _expect_the_same_objects(project: Project, shape: str) -> None:
+    """The program, changed to pass the settings as Outputs, makes exactly the objects it made from plain values."""
+    preview = project.run("preview", "--expect-no-changes", check=False)
+    said = preview.stdout + preview.stderr
+    assert preview.returncode == 0, f"{shape}: {said}"
+    assert "Traceback" not in said
 
 
 def _hand_written(rendered: dict[tuple[str, str, str], dict[str, Any]], settings: dict[str, Any]) -> dict[str, Any]:
@@ -174,6 +224,17 @@ def test_a_yaml_program_writes_the_objects_the_python_example_writes(
     assert outputs["noProxyPython"] == values.no_proxy_python
     assert outputs["jdkJavaOptions"] == values.java_options
     project.run("preview", "--expect-no-changes")
+    # The same settings as Outputs (fn::secret makes one, as ${ref.outputs[...]} of a StackReference does), whole or
+    # one object inside them: the same objects, no change.
+    program = yaml.safe_load((project.dir / "Pulumi.yaml").read_text())
+    shapes = {
+        "whole": {"fn::secret": IPV6_ONLY},
+        "one object": {**IPV6_ONLY, "cluster": {"fn::secret": IPV6_ONLY["cluster"]}},
+    }
+    for shape, settings in shapes.items():
+        program["resources"]["proxy"]["properties"]["settings"] = settings
+        (project.dir / "Pulumi.yaml").write_text(yaml.safe_dump(program, sort_keys=False))
+        _expect_the_same_objects(project, shape)
 
 
 def test_the_trust_group_from_yaml_fills_a_pod_spec_as_the_transform_does(
@@ -242,6 +303,13 @@ def test_a_typescript_program_writes_the_objects_the_python_example_writes(
     assert rendered == _render(WITH_TRUST, tmp_path)
     _methods_as_python(project.outputs(), WITH_TRUST)
     project.run("preview", "--expect-no-changes")
+    # The same settings as Outputs (as a StackReference gives them), whole or nested: the same objects, no change.
+    base = trusted + "export const trust = egress.trust;\n"
+    assert _TS_CALL.search(base)
+    for shape, expression in _ts_shapes(WITH_TRUST).items():
+        call = f'const egress = new proxy.ClusterProxy("egress", {{\n    settings: {expression},\n}}, {{ providers: [cluster] }});'
+        (project.dir / "index.ts").write_text(_TS_CALL.sub(lambda _: call, base))  # noqa: B023
+        _expect_the_same_objects(project, shape)
 
 
 def test_a_go_program_writes_the_objects_the_python_example_writes(
@@ -285,6 +353,12 @@ def test_a_go_program_writes_the_objects_the_python_example_writes(
     assert rendered == _render(WITH_TRUST, tmp_path)
     _methods_as_python(project.outputs(), WITH_TRUST)
     project.run("preview", "--expect-no-changes")
+    # The same settings as typed Outputs (as a StackReference's GetOutput and ApplyT give them): the same objects.
+    base = trusted.replace("import (\n", 'import (\n\t"encoding/json"\n', 1)
+    for shape, field in _go_shapes(WITH_TRUST).items():
+        assert _GO_SETTINGS[shape].search(base), shape
+        (project.dir / "main.go").write_text(_GO_SETTINGS[shape].sub(lambda _: field, base, count=1))  # noqa: B023
+        _expect_the_same_objects(project, shape)
 
 
 def test_credentials_from_yaml_stay_secret(project_factory: Any, hosts: Path, plugin: Path, tmp_path: Path) -> None:

@@ -112,7 +112,7 @@ def test_the_installation_stack_must_give_its_output() -> None:
     with pytest.raises(SettingsError) as caught:
         installation_layer(None, "fleet", lambda name: {"other": 1})
     assert caught.value.problems[0].startswith(
-        "proxy-component:installationStack: stack 'fleet' has no output 'installation' this stack can read"
+        "proxy-component:installationStack: stack 'fleet' has no output 'installation' this program can read"
     )
     with pytest.raises(SettingsError, match="both set"):
         installation_layer({"proxy": {}}, "fleet", lambda name: {})
