@@ -262,7 +262,7 @@ def test_a_typescript_cluster_takes_the_installation_stack_with_no_glue(
     up = ts.up()
     said.append(up.stdout + up.stderr)
     assert read_rendered(ts.dir / "rendered") == render(_merged("eu", PASSWORD), tmp_path)
-    assert ts.outputs()["env"] == "[secret]"
+    assert ts.outputs()["proxyUrl"] == "http://http-proxy.kube-system.svc.cluster.local:8888"
     program(BY_OUTPUT, _ts_cluster("eu"))
     same = ts.run("preview", "--expect-no-changes", check=False)
     said.append(same.stdout + same.stderr)
