@@ -17,7 +17,10 @@ import json
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from .settings import Settings, SettingsError
 
@@ -35,6 +38,8 @@ __all__ = [
     "check_installation",
     "installation_layer",
     "merge_layers",
+    "project_config",
+    "with_project_config",
 ]
 
 NAMESPACE = "proxy-component"
@@ -212,6 +217,62 @@ def _cluster_only(data: Mapping[str, Any], source: str) -> list[str]:
     ]
 
 
+# --- project-level config: under the stack's, by the same rules ----------------------------------------
+
+PROJECT_SOURCE = "Pulumi.yaml config"
+_DECLARATION_KEYS = {"type", "description", "default", "value", "secret", "items"}
+
+
+def project_config(project: Mapping[str, Any], keys: Any, namespace: str = NAMESPACE) -> dict[str, Any]:
+    """The settings a project file's `config:` gives (`proxy-component:proxy: {value: {...}}`, a declaration's
+    `default`, or a plain value), keyed as the YAML file spells them; keys other than `keys` are left out."""
+    config = project.get("config") if isinstance(project, Mapping) else None
+    out: dict[str, Any] = {}
+    for key in keys:
+        entry = config.get(f"{namespace}:{key}") if isinstance(config, Mapping) else None
+        if entry is None:
+            continue
+        if isinstance(entry, Mapping) and entry and set(entry) <= _DECLARATION_KEYS:
+            value = entry.get("value", entry.get("default"))
+            if value is None:
+                continue
+        else:
+            value = entry
+        out[key] = value
+    return out
+
+
+def with_project_config(stack: Mapping[str, Any], project: Mapping[str, Any], stack_source: str) -> dict[str, Any]:
+    """A stack's settings on top of its project's config by the layers' rules, never one replacing the other whole.
+
+    Pulumi gives a program the stack's value of a key the stack sets, else the project's: a stack that sets one
+    entry (`pulumi config set --path 'proxy-component:proxy.noProxy[0]' ...`) hides the project's whole `proxy`.
+    Each key both set differently is merged here (lists joined, objects key by key); a value both set differently is
+    an error naming both files.
+    """
+    merged = dict(stack)
+    problems: list[str] = []
+    for key, value in project.items():
+        if key not in stack:
+            merged[key] = value
+            continue
+        if stack[key] == value:
+            continue
+        try:
+            layered = merge_layers(
+                Layer("project", PROJECT_SOURCE, {key: value}),
+                Layer("stack", stack_source, {key: stack[key]}),
+                cluster_only=False,
+            )
+        except SettingsError as exc:
+            problems += exc.problems
+            continue
+        merged[key] = layered.data[key]
+    if problems:
+        raise SettingsError(problems)
+    return merged
+
+
 # --- the same layers, read by the command through the Pulumi CLI ---------------------------------------
 
 
@@ -236,6 +297,7 @@ def read_stack(stack: str, cwd: str | None = None, pulumi: str = "pulumi") -> La
         values[key[len(prefix) :]] = item["objectValue"] if "objectValue" in item else item.get("value")
     settings_keys = [info.alias or name for name, info in Settings.model_fields.items()]
     data = {key: values[key] for key in settings_keys if key in values}
+    data = with_project_config(data, project_config(_project_file(cwd), settings_keys), f"stack {stack}")
     if (values.get(LAYER_KEY) or CLUSTER) == INSTALLATION:
         return Layered(data, _paths(data, "", INSTALLATION))
 
@@ -247,6 +309,20 @@ def read_stack(stack: str, cwd: str | None = None, pulumi: str = "pulumi") -> La
         inline = None
     installation = installation_layer(inline, values.get(INSTALLATION_STACK_KEY) or None, outputs)
     return merge_layers(installation, Layer(CLUSTER, f"stack {stack}", data))
+
+
+def _project_file(cwd: str | None) -> Any:
+    """The Pulumi.yaml (or .yml) of the project in `cwd` or above it, parsed; {} when there is none."""
+    here = Path(cwd or ".").resolve()
+    for directory in (here, *here.parents):
+        for name in ("Pulumi.yaml", "Pulumi.yml"):
+            path = directory / name
+            if path.is_file():
+                try:
+                    return yaml.safe_load(path.read_text()) or {}
+                except yaml.YAMLError:
+                    raise StackReadError([f"--stack: {path} is not YAML"]) from None
+    return {}
 
 
 def _pulumi_json(argv: list[str], cwd: str | None) -> Any:

@@ -14,10 +14,12 @@ import sys
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
+import yaml
 from pulumi.runtime.config import CONFIG, get_config, get_config_env
 from pydantic.alias_generators import to_camel
 
@@ -36,6 +38,8 @@ from .layers import (
     check_installation,
     installation_layer,
     merge_layers,
+    project_config,
+    with_project_config,
 )
 from .settings import NETWORK_FIELDS, Settings, SettingsError, parse_settings
 
@@ -155,6 +159,7 @@ def layered_from_config(config: pulumi.Config | None = None) -> Layered:
         value = _config_object(config, key)
         if value is not None:
             data[key] = value
+    data = with_project_config(data, project_config(_project_file(), SETTINGS_KEYS), f"stack {pulumi.get_stack()}")
     if _layer(config) == INSTALLATION:
         return Layered(data)
     installation = installation_layer(
@@ -176,6 +181,15 @@ def _config_object(config: pulumi.Config, key: str) -> Any:
                 "http://user:password@proxy.corp:3128)"
             ]
         ) from None
+
+
+def _project_file() -> Any:
+    """This program's Pulumi.yaml, parsed: its project-level config is merged under the stack's."""
+    root = Path(pulumi.runtime.get_root_directory() or ".")
+    for name in ("Pulumi.yaml", "Pulumi.yml"):
+        if (root / name).is_file():
+            return yaml.safe_load((root / name).read_text()) or {}
+    return {}
 
 
 def _layer(config: pulumi.Config) -> str:

@@ -211,6 +211,47 @@ def _diff_paths(a: Any, b: Any, at: str = "") -> list[str]:
 # --- 4. identity across upgrades -------------------------------------------------------------------------------
 
 
+def test_project_level_settings_are_merged_under_the_stacks_never_dropped(project_factory: Any, tmp_path: Path) -> None:
+    """Settings in Pulumi.yaml's project `config:` and a stack that sets one key under the same object: Pulumi hands
+    the program the stack's object alone; the program merges the project's under it by the fleet's rules (the
+    upstream kept, the noProxy lists joined), `render --stack` the same, and a value both set differently fails
+    naming both files."""
+    project = dev(project_factory)
+    layout = yaml.safe_load((project.dir / "Pulumi.yaml").read_text())
+    upstream = {"url": "http://proxy.corp.example:3128", "noUpstream": [".corp.example"]}
+    layout["config"][f"{NS}:proxy"] = {"value": {"upstream": upstream, "noProxy": [".corp.example"]}}
+    (project.dir / "Pulumi.yaml").write_text(yaml.safe_dump(layout, sort_keys=False))
+    project.run("config", "set", "--path", f"{NS}:proxy.noProxy[1]", "registry.example")
+    up = project.up()
+    assert "Traceback" not in up.stdout + up.stderr
+    merged = stack_settings(project)
+    assert merged["proxy"] == {"noProxy": ["fd00::/8", "registry.example"]}  # what the stack file holds
+    merged["proxy"] = {"upstream": upstream, "noProxy": [".corp.example", "fd00::/8", "registry.example"]}
+    rendered = _read_without(project.dir / "rendered/dev", project.dir / "rendered/dev/management")
+    assert rendered == render(merged, tmp_path)
+    assert "Upstream http proxy.corp.example:3128" in json.dumps(list(rendered.values()))
+    cli = subprocess.run(
+        [sys.executable, "-m", "proxy_component.cli", "render", "--stack", "dev"],
+        cwd=project.dir, env=project.env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert cli.returncode == 0, cli.stderr
+    streamed = {
+        (d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]): as_written(d)
+        for d in yaml.safe_load_all(cli.stdout)
+        if d
+    }
+    assert streamed == rendered
+    project.run("config", "set", "--path", f"{NS}:proxy.upstream.url", "http://other.corp.example:3128")
+    failed = project.run("preview", check=False)
+    output = failed.stdout + failed.stderr
+    assert failed.returncode != 0
+    assert (
+        "proxy.upstream.url: set by the project (Pulumi.yaml config) and by this stack (stack dev); it belongs to "
+        "one layer: remove it from one of them"
+    ) in output, output
+    assert "Traceback" not in output
+
+
 def test_a_stack_of_the_last_layout_upgrades_with_no_replace_and_no_delete(project_factory: Any) -> None:
     """The layout before the component was named after the stack: its objects are kept through aliases."""
     project = dev(project_factory)

@@ -7,7 +7,14 @@ from typing import Any
 
 import pytest
 
-from proxy_component.layers import Layer, check_installation, installation_layer, merge_layers
+from proxy_component.layers import (
+    Layer,
+    check_installation,
+    installation_layer,
+    merge_layers,
+    project_config,
+    with_project_config,
+)
 from proxy_component.settings import SettingsError, parse_settings
 
 PASSWORD = "Inst-pw-5521"
@@ -120,3 +127,59 @@ def test_the_installation_stack_must_give_its_output() -> None:
     assert layer is not None
     assert layer.source == "stack fleet"
     assert installation_layer(None, None, lambda name: {}) is None
+
+
+# --- project-level config (Pulumi.yaml `config:`) under the stack's ---------------------------------------
+
+PROJECT_FILE = {
+    "name": "egress",
+    "config": {
+        "proxy-component:proxy": {
+            "value": {"upstream": {"url": "http://proxy.corp.example:3128"}, "noProxy": [".corp"]}
+        },
+        "proxy-component:namespaces": {"type": "array", "default": ["default"]},
+        "proxy-component:deployment": {"type": "object", "description": "declared, no value"},
+        "proxy-component:runtimes": {"java": True},
+        "other:key": "x",
+    },
+}
+
+
+def test_the_project_file_gives_values_defaults_and_plain_values_of_the_settings_keys() -> None:
+    keys = ("proxy", "namespaces", "deployment", "runtimes", "cluster")
+    assert project_config(PROJECT_FILE, keys) == {
+        "proxy": {"upstream": {"url": "http://proxy.corp.example:3128"}, "noProxy": [".corp"]},
+        "namespaces": ["default"],
+        "runtimes": {"java": True},
+    }
+    assert project_config({"name": "p"}, keys) == {}
+
+
+def test_a_stack_that_sets_one_entry_keeps_the_projects_object() -> None:
+    """Pulumi hands the program the stack's `proxy` alone when the stack sets `proxy.noProxy[0]`: merged, not lost."""
+    project = project_config(PROJECT_FILE, ("proxy", "namespaces"))
+    merged = with_project_config({"proxy": {"noProxy": [".eu.internal"]}}, project, "stack eu")
+    assert merged == {
+        "proxy": {"upstream": {"url": "http://proxy.corp.example:3128"}, "noProxy": [".corp", ".eu.internal"]},
+        "namespaces": ["default"],
+    }
+    # The value the program sees when the stack does not set the key is the project's: nothing to merge.
+    assert with_project_config(project, project, "stack eu") == project
+
+
+def test_a_value_the_project_and_the_stack_set_differently_names_both_files() -> None:
+    project = project_config(PROJECT_FILE, ("proxy",))
+    stack = {"proxy": {"upstream": {"url": "http://other.corp.example:3128"}}, "namespaces": "apps"}
+    with pytest.raises(SettingsError) as caught:
+        with_project_config(stack, {**project, "namespaces": ["default"]}, "stack eu")
+    assert caught.value.problems == [
+        "proxy.upstream.url: set by the project (Pulumi.yaml config) and by this stack (stack eu); it belongs to one "
+        "layer: remove it from one of them",
+        "namespaces: set by the project (Pulumi.yaml config) and by this stack (stack eu); it belongs to one layer: "
+        "remove it from one of them",
+    ]
+
+
+def test_the_project_may_set_the_clusters_own_keys() -> None:
+    merged = with_project_config({"cluster": {"name": "eu"}}, {"cluster": {"dnsDomain": "k8s.internal"}}, "stack eu")
+    assert merged == {"cluster": {"dnsDomain": "k8s.internal", "name": "eu"}}
