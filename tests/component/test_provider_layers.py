@@ -189,3 +189,20 @@ def test_secret_inputs_stay_out_of_every_plain_object(mocked: Harness, served: p
     for key, obj in got.items():
         if PASSWORD in json.dumps(unwrap(obj)):
             assert key.startswith("kubernetes:core/v1:Secret::"), key
+
+
+def test_the_python_component_takes_the_same_installation_inputs(mocked: Harness) -> None:
+    from proxy_component.component import ClusterProxy, ClusterProxyArgs
+
+    def made(name: str, args: ClusterProxyArgs) -> dict[str, Any]:
+        before = len(mocked.mocks.registered)
+        mocked.program(lambda: ClusterProxy(name, args))
+        return {
+            f"{r.typ}::{r.name.removeprefix(name)}": r.inputs for r in mocked.settle()[before:] if r.typ != TYPE_TOKEN
+        }
+
+    plain = made("plain", ClusterProxyArgs(settings=SETTINGS))
+    assert made("inline", ClusterProxyArgs(settings=CLUSTER, installation=INSTALLATION)) == plain
+    mocked.mocks.calls["pulumi:pulumi:readStackOutputs"] = {"outputs": {"installation": INSTALLATION}}
+    assert made("stacked", ClusterProxyArgs(settings=CLUSTER, installation_stack="org/fleet/installation")) == plain
+    assert mocked.mocks.invoked[-1] == ("pulumi:pulumi:readStackOutputs", {"name": "org/fleet/installation"})
