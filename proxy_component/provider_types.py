@@ -260,6 +260,9 @@ class DeploymentSettings(TypedDict):
     internal_traffic_policy: NotRequired[pulumi.Input[str]]
     """One of: Cluster, Local."""
 
+    traffic_distribution: NotRequired[pulumi.Input[str]]
+    """The Service's trafficDistribution. auto: PreferSameNode when cluster.kubernetesVersion is 1.35 or later (GA there: a pod's own node's proxy first, another node's only while its own is not ready, so a restart on one node costs no request), else unset (an older API server refuses the value). none: unset. One of: auto, PreferSameNode, PreferClose, none."""
+
     max_clients: NotRequired[pulumi.Input[int]]
     """tinyproxy's MaxClients: connections served at once. The memory limit defaults to what this many need (144 KiB each, measured), and the kernel keeps an eighth (at most 32) of them for the node's own processes, the kubelet's probes."""
 

@@ -1061,6 +1061,12 @@ class DeploymentSettings(_Model):
     allowed_source_cidrs: list[SourceRange] = Field(default_factory=list)
     connect_ports: list[Port] = Field(default_factory=lambda: [443])
     internal_traffic_policy: Literal["Cluster", "Local"] = "Cluster"
+    traffic_distribution: Literal["auto", "PreferSameNode", "PreferClose", "none"] = Field(
+        default="auto",
+        description="The Service's trafficDistribution. auto: PreferSameNode when cluster.kubernetesVersion is 1.35 "
+        "or later (GA there: a pod's own node's proxy first, another node's only while its own is not ready, so a "
+        "restart on one node costs no request), else unset (an older API server refuses the value). none: unset.",
+    )
     max_clients: int = Field(
         default=1024,
         ge=1,
@@ -1731,6 +1737,36 @@ def _admission_version(settings: Settings) -> Iterator[str]:
             f"injection.admission: cluster.kubernetesVersion {settings.cluster.kubernetes_version!r} has no "
             "MutatingAdmissionPolicy (expected Kubernetes 1.34 or later: v1beta1 on 1.34 and 1.35 with the "
             "MutatingAdmissionPolicy feature gate and runtime-config, v1 from 1.36; or injection.kyverno instead)"
+        )
+
+
+TRAFFIC_DISTRIBUTION_MINOR = {"PreferClose": 31, "PreferSameNode": 34}
+"""The first minor version whose API server takes each trafficDistribution by default (PreferSameNode: beta, on by
+default, in 1.34 and GA in 1.35; PreferClose: beta in 1.31)."""
+PREFER_SAME_NODE_GA_MINOR = 35
+
+
+def traffic_distribution(settings: Settings) -> str | None:
+    """The Service's trafficDistribution, or None to leave it unset (`deployment.trafficDistribution`)."""
+    chosen = settings.deployment.traffic_distribution
+    if chosen == "none":
+        return None
+    if chosen == "auto":
+        minor = settings.cluster.kubernetes_minor
+        return "PreferSameNode" if minor is not None and minor >= PREFER_SAME_NODE_GA_MINOR else None
+    return chosen
+
+
+@_check("deployment.traffic_distribution", "cluster.kubernetes_version")
+def _traffic_distribution_version(settings: Settings) -> Iterator[str]:
+    chosen = settings.deployment.traffic_distribution
+    minor = settings.cluster.kubernetes_minor
+    first = TRAFFIC_DISTRIBUTION_MINOR.get(chosen)
+    if first is not None and minor is not None and minor < first:
+        yield (
+            f"deployment.trafficDistribution: {chosen!r} is refused by the API server of cluster.kubernetesVersion "
+            f"{settings.cluster.kubernetes_version!r} (expected Kubernetes 1.{first} or later for {chosen}; auto or "
+            "none leave it unset on older clusters)"
         )
 
 

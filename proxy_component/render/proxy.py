@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..noproxy import Kind, parse_entry
-from ..settings import OS_LABEL, STAT_HOST, NetworkValues, Settings
+from ..settings import OS_LABEL, STAT_HOST, NetworkValues, Settings, traffic_distribution
 
 __all__ = [
     "APP_LABEL",
@@ -556,6 +556,7 @@ def service(settings: Settings, ip_fields: Obj | None = None) -> Obj:
     """
     d = settings.deployment
     ip = ip_fields if ip_fields is not None else ip_family_fields(settings.cluster.effective_ip_family)
+    distribution = traffic_distribution(settings)
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -565,6 +566,7 @@ def service(settings: Settings, ip_fields: Obj | None = None) -> Obj:
             "selector": {APP_LABEL: d.service_name},
             **ip,
             "internalTrafficPolicy": d.internal_traffic_policy,
+            **({"trafficDistribution": distribution} if distribution is not None else {}),
             "ports": [{"name": "http-proxy", "port": d.port, "targetPort": d.port, "protocol": "TCP"}],
         },
     }

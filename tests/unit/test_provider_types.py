@@ -88,8 +88,10 @@ def test_the_schema_has_the_models_keys_types_and_required_keys(model: type[Base
 def test_the_component_takes_the_settings_type_and_the_network_inputs() -> None:
     inputs = SCHEMA["resources"][f"{TOKEN}ClusterProxy"]["inputProperties"]
     assert inputs["settings"]["$ref"] == f"#/types/{TOKEN}Settings"
+    assert inputs["installation"]["$ref"] == f"#/types/{TOKEN}Settings"
+    assert inputs["installationStack"]["type"] == "string"
     network = {"podCidrs", "serviceCidrs", "nodeCidrs", "apiServerHosts", "apiServerIps", "ipFamily"}
-    assert set(inputs) == {"settings", *network}
+    assert set(inputs) == {"settings", "installation", "installationStack", *network}
 
 
 def _python_method(name: str) -> Any:
