@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 import pytest
-from google.protobuf import struct_pb2
+from google.protobuf import struct_pb2  # type: ignore[import-untyped]
 from pulumi.errors import InputPropertiesError
 from pulumi.provider.server import ProviderServicer
 from pulumi.runtime import rpc

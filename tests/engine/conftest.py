@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -51,18 +52,25 @@ def build_engine_venv() -> Path:
     sources = (ROOT / "pyproject.toml", CONSTRAINTS, PLUGIN_CONSTRAINTS)
     key = hashlib.sha256(b"".join(path.read_bytes() for path in sources)).hexdigest()
     marker = venv / "proxy-component-key"
-    if not (marker.is_file() and marker.read_text() == key):
-        shutil.rmtree(venv, ignore_errors=True)
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-        pip = [str(venv / "bin/python"), "-m", "pip", "install", "-q"]
-        result = subprocess.run(
-            [*pip, "-c", str(CONSTRAINTS), "-c", str(PLUGIN_CONSTRAINTS), "-e", f"{ROOT}[check]", "pulumi",
-             "pulumi-kubernetes"],
-            capture_output=True, text=True, timeout=1200,
-        )  # fmt: skip
-        assert result.returncode == 0, result.stderr
-        marker.write_text(key)
+    # One builder at a time: the lanes run in two pytest-xdist workers, each asking for the venv.
+    with (ROOT / ".venv-engine.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (marker.is_file() and marker.read_text() == key):
+            _make_engine_venv(venv)
+            marker.write_text(key)
     return venv
+
+
+def _make_engine_venv(venv: Path) -> None:
+    shutil.rmtree(venv, ignore_errors=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    pip = [str(venv / "bin/python"), "-m", "pip", "install", "-q"]
+    result = subprocess.run(
+        [*pip, "-c", str(CONSTRAINTS), "-c", str(PLUGIN_CONSTRAINTS), "-e", f"{ROOT}[check]", "pulumi",
+         "pulumi-kubernetes"],
+        capture_output=True, text=True, timeout=1200,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
 
 
 @pytest.fixture(scope="session")
