@@ -472,6 +472,12 @@ def _kube_client(kubeconfig: str | None, context: str | None) -> Iterator[Any]:
     try:
         from kubernetes import config as kubeconfig_loader
     except ImportError:
+        pulumi.log.warn(
+            "the Kubernetes client is not installed (the check extra: pip install -r requirements.txt), so the "
+            "stack program cannot read the cluster before registering: listed namespaces that do not exist are not "
+            "named, and a stack made by an earlier layout may see its provider replaced or its first preview fail "
+            "(docs/guides/upgrades.md)"
+        )
         yield None
         return
     with tempfile.TemporaryDirectory() as scratch:
