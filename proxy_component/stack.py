@@ -8,11 +8,13 @@ network is then read from the cloud instead of typed into the config.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -224,7 +226,7 @@ def default_provider_name() -> str:
     return "default_" + version("pulumi-kubernetes").replace(".", "_").replace("-", "_")
 
 
-def _provider(config: pulumi.Config) -> k8s.Provider:
+def _provider(config: pulumi.Config, live: LiveDaemonSet | None = None) -> k8s.Provider:
     """The stack's one explicit provider, whatever the config: turning a key on or off never moves the objects.
 
     ConfigMaps and Secrets are mutable through it: otherwise pulumi-kubernetes replaces one whose data changes,
@@ -234,11 +236,21 @@ def _provider(config: pulumi.Config) -> k8s.Provider:
     provider then reads the ambient kubeconfig as the default provider would. Stacks made before 0.2 without
     any of these keys used the default provider: the alias makes this provider that one (for this SDK's
     version), so on every CLI the objects keep their provider instead of being replaced.
+
+    An empty `renderYamlToDirectory` is the same for pulumi-kubernetes whether it is sent as `""` or not at all
+    (apply to the cluster), but its provider diff replaces the provider, so every object, when the spelling
+    changes: stacks made when Pulumi.yaml required the key (a592121) recorded `""`, later ones nothing. So when
+    the key is empty and this stack's DaemonSet is live in the cluster, applied by pulumi-kubernetes (`live`:
+    the stack was applying, whatever its recorded spelling), the recorded spelling is kept (`ignoreChanges`).
+    A stack that rendered to a directory has no such DaemonSet, so emptying the key still switches it to
+    applying, which replaces the provider and creates every object.
     """
     adopt = config.get_bool("adoptExisting") or None
+    render_dir = config.get("renderYamlToDirectory") or None
+    keep_spelling = render_dir is None and live is not None and live.applied_by_pulumi
     return k8s.Provider(
         "cluster",
-        render_yaml_to_directory=config.get("renderYamlToDirectory") or None,
+        render_yaml_to_directory=render_dir,
         kubeconfig=_secret_key("kubeconfig"),
         context=config.get("context") or None,
         # Take over objects that already exist (e.g. kube-system/http-proxy from the runbook) instead of failing
@@ -246,7 +258,10 @@ def _provider(config: pulumi.Config) -> k8s.Provider:
         upsert_existing_objects=adopt,
         enable_config_map_mutable=True,
         enable_secret_mutable=True,
-        opts=pulumi.ResourceOptions(aliases=[pulumi.Alias(name=default_provider_name())]),
+        opts=pulumi.ResourceOptions(
+            aliases=[pulumi.Alias(name=default_provider_name())],
+            ignore_changes=["renderYamlToDirectory"] if keep_spelling else None,
+        ),
     )
 
 
@@ -278,8 +293,11 @@ def _management_provider(config: pulumi.Config, settings: Settings) -> k8s.Provi
     )
 
 
-def component_options(settings: Settings, provider: k8s.Provider) -> pulumi.ResourceOptions:
-    """The component's options: the stack's provider, and an alias for the name it had before 0.2.
+def component_options(
+    settings: Settings, provider: k8s.Provider, live: LiveDaemonSet | None = None
+) -> pulumi.ResourceOptions:
+    """The component's options: the stack's provider, an alias for the name it had before 0.2, and in a preview
+    of a DaemonSet still owned by a client-side create the probes it cannot dry-run (`preview_probes`).
 
     The component is named after the stack whatever the settings, so that setting `cluster.name` (which
     `capi.enabled` requires) renames nothing. Stacks that set `cluster.name` before then named it so:
@@ -288,7 +306,131 @@ def component_options(settings: Settings, provider: k8s.Provider) -> pulumi.Reso
     aliases: list[pulumi.Input[str] | pulumi.Alias] = []
     if settings.cluster.name is not None and settings.cluster.name != pulumi.get_stack():
         aliases.append(pulumi.Alias(name=settings.cluster.name))
-    return pulumi.ResourceOptions(providers=[provider], aliases=aliases or None)
+    transform = preview_probes(live) if live is not None and pulumi.runtime.is_dry_run() else None
+    return pulumi.ResourceOptions(
+        providers=[provider], aliases=aliases or None, transforms=[transform] if transform is not None else None
+    )
+
+
+# The field managers of pulumi-kubernetes' client-side create and update, which its first server-side update moves
+# to its own apply manager (pkg/await/await.go, fixCSAFieldManagers; only in `up`, never in a preview).
+CSA_MANAGERS = frozenset({"pulumi-kubernetes", "pulumi-kubernetes.exe", "pulumi-resource-kubernetes"})
+PROBES = ("livenessProbe", "readinessProbe", "startupProbe")
+HANDLERS = ("exec", "httpGet", "tcpSocket", "grpc")
+
+
+@dataclass(frozen=True)
+class LiveDaemonSet:
+    """What the stack program reads of its live DaemonSet before registering anything (`read_live_daemonset`)."""
+
+    namespace: str
+    name: str
+    managers: frozenset[str]  # every field manager's name
+    # (container, probe) -> the probe handlers pulumi-kubernetes' client-side create or update owns
+    csa_handlers: Mapping[tuple[str, str], frozenset[str]] = field(default_factory=dict)
+
+    @property
+    def applied_by_pulumi(self) -> bool:
+        return any(m in CSA_MANAGERS or m.startswith("pulumi-kubernetes") for m in self.managers)
+
+    @classmethod
+    def from_object(cls, obj: Mapping[str, Any]) -> LiveDaemonSet:
+        """From the DaemonSet as the API server returns it (camelCase, `metadata.managedFields`)."""
+        metadata = obj.get("metadata") or {}
+        entries = metadata.get("managedFields") or []
+        handlers: dict[tuple[str, str], set[str]] = {}
+        for entry in entries:
+            if entry.get("operation") != "Update" or entry.get("manager") not in CSA_MANAGERS:
+                continue
+            owned = entry.get("fieldsV1") or {}
+            for key in ("f:spec", "f:template", "f:spec", "f:containers"):
+                owned = owned.get(key) or {} if isinstance(owned, Mapping) else {}
+            for item, fields in owned.items() if isinstance(owned, Mapping) else ():
+                if not item.startswith("k:") or not isinstance(fields, Mapping):
+                    continue
+                try:
+                    container = json.loads(item[2:]).get("name")
+                except (ValueError, AttributeError):
+                    continue
+                for probe in PROBES:
+                    probe_fields = fields.get(f"f:{probe}")
+                    if isinstance(probe_fields, Mapping):
+                        found = {h for h in HANDLERS if f"f:{h}" in probe_fields}
+                        if found:
+                            handlers.setdefault((str(container), probe), set()).update(found)
+        return cls(
+            namespace=str(metadata.get("namespace", "")),
+            name=str(metadata.get("name", "")),
+            managers=frozenset(str(e.get("manager", "")) for e in entries),
+            csa_handlers={key: frozenset(value) for key, value in handlers.items()},
+        )
+
+    def stale_probes(self, containers: Any) -> list[tuple[str, str, str]]:
+        """(container, probe, handler) for each probe whose rendered handler is not the one a client-side create
+        owns: a server-side apply cannot drop that field (another manager's), so its dry run holds both handlers
+        and the API server refuses it ("may not specify more than 1 handler type")."""
+        stale = []
+        for container in containers if isinstance(containers, list) else []:
+            if not isinstance(container, Mapping):
+                continue
+            for probe in PROBES:
+                rendered = container.get(probe)
+                owned = self.csa_handlers.get((str(container.get("name")), probe), frozenset())
+                wanted = {h for h in HANDLERS if isinstance(rendered, Mapping) and h in rendered}
+                stale += [(str(container.get("name")), probe, h) for h in sorted(owned - wanted)]
+        return stale
+
+
+def preview_probes(live: LiveDaemonSet) -> pulumi.ResourceTransform | None:
+    """For a preview: the DaemonSet's probes whose handler changes from one a client-side create owns become
+    unknown, so pulumi-kubernetes shows the update without its dry run, which the API server refuses while the old
+    handler's owner is not yet moved. `up` applies the known probes: pulumi-kubernetes moves the field managers
+    first, so the old handler goes. None when no probe is stale."""
+    if not live.csa_handlers:
+        return None
+    unknown = _unknown()
+
+    def transform(args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
+        if args.type_ != "kubernetes:apps/v1:DaemonSet":
+            return None
+        props: dict[str, Any] = dict(args.props)
+        metadata = props.get("metadata") or {}
+        if (metadata.get("namespace"), metadata.get("name")) != (live.namespace, live.name):
+            return None
+        spec = props.get("spec")
+        template = spec.get("template") if isinstance(spec, Mapping) else None
+        pod_spec = template.get("spec") if isinstance(template, Mapping) else None
+        containers = pod_spec.get("containers") if isinstance(pod_spec, Mapping) else None
+        stale = live.stale_probes(containers)
+        if not stale or not isinstance(spec, Mapping) or not isinstance(template, Mapping):
+            return None
+        # Copies along the path only: the rest may hold Outputs (secrets), which cannot be deep-copied.
+        containers = [
+            {**c, **{probe: unknown for name, probe, _ in stale if c.get("name") == name}}
+            if isinstance(c, Mapping)
+            else c
+            for c in containers
+        ]
+        spec = {**spec, "template": {**template, "spec": {**pod_spec, "containers": containers}}}
+        pulumi.log.info(
+            f"DaemonSet {live.namespace}/{live.name}: "
+            + ", ".join(f"container {c}'s {p} moves from {h}" for c, p, h in stale)
+            + ", a field pulumi-kubernetes' client-side create owns: the API server cannot dry-run that change "
+            "until `up` moves the field's owner, so the preview shows the probes as unknown; `up` applies them"
+        )
+        props["spec"] = spec
+        return pulumi.ResourceTransformResult(props=props, opts=args.opts)
+
+    return transform
+
+
+def _unknown() -> pulumi.Output[Any]:
+    """An Output whose value is unknown (in a preview, as a value another resource computes would be)."""
+
+    async def resolved(value: Any) -> Any:
+        return value
+
+    return pulumi.Output(set(), resolved(None), resolved(False))
 
 
 # pulumi-language-python's exit code for "the program stopped after the error was shown": the host adds nothing.
@@ -322,23 +464,23 @@ def main() -> ClusterProxy | None:
         raise pulumi.RunError(str(exc)) from None
 
 
-def _require_namespaces(settings: Settings, kubeconfig: str | None, context: str | None) -> None:
-    """Fail up front, naming them, when namespaces the settings list do not exist in the cluster the stack targets.
-
-    Otherwise pulumi-kubernetes retries each object in them for about a minute and reports only "errored". Only a
-    definite 404 counts: a cluster that cannot be read now (no kubeconfig, unreachable, forbidden) is left to the
-    engine, which reports it on the objects.
-    """
+@contextlib.contextmanager
+def _kube_client(kubeconfig: str | None, context: str | None) -> Iterator[Any]:
+    """An API client for the cluster the stack targets, or None when there is no usable kubeconfig or no
+    `kubernetes` package (the `check` extra, which requirements.txt installs): the engine then reports on the
+    objects whatever it finds."""
     import tempfile
 
     try:
-        from kubernetes import client
         from kubernetes import config as kubeconfig_loader
-        from kubernetes.client.exceptions import ApiException
     except ImportError:
-        return
-    wanted = sorted({*settings.namespaces, *(h.namespace for h in settings.helm_values_secrets)})
-    if not wanted:
+        pulumi.log.warn(
+            "the Kubernetes client is not installed (the check extra: pip install -r requirements.txt), so the "
+            "stack program cannot read the cluster before registering: listed namespaces that do not exist are not "
+            "named, and a stack made by an earlier layout may see its provider replaced or its first preview fail "
+            "(docs/guides/upgrades.md)"
+        )
+        yield None
         return
     with tempfile.TemporaryDirectory() as scratch:
         path = kubeconfig
@@ -349,19 +491,36 @@ def _require_namespaces(settings: Settings, kubeconfig: str | None, context: str
         try:
             api = kubeconfig_loader.new_client_from_config(config_file=path, context=context)  # type: ignore[no-untyped-call]
         except Exception:  # no usable kubeconfig: the engine says so on the objects
+            yield None
             return
-        core = client.CoreV1Api(api)
-        missing = []
-        for name in wanted:
-            try:
-                core.read_namespace(name, _request_timeout=10)
-            except ApiException as exc:
-                if exc.status == 404:
-                    missing.append(name)
-                else:
-                    return
-            except Exception:  # unreachable: the engine reports it
+        yield api
+
+
+def _require_namespaces(settings: Settings, api: Any) -> None:
+    """Fail up front, naming them, when namespaces the settings list do not exist in the cluster the stack targets.
+
+    Otherwise pulumi-kubernetes retries each object in them for about a minute and reports only "errored". Only a
+    definite 404 counts: a cluster that cannot be read now (no kubeconfig, unreachable, forbidden) is left to the
+    engine, which reports it on the objects.
+    """
+    wanted = sorted({*settings.namespaces, *(h.namespace for h in settings.helm_values_secrets)})
+    if api is None or not wanted:
+        return
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    core = client.CoreV1Api(api)
+    missing = []
+    for name in wanted:
+        try:
+            core.read_namespace(name, _request_timeout=10)
+        except ApiException as exc:
+            if exc.status == 404:
+                missing.append(name)
+            else:
                 return
+        except Exception:  # unreachable: the engine reports it
+            return
     if missing:
         raise SettingsError(
             [
@@ -372,19 +531,39 @@ def _require_namespaces(settings: Settings, kubeconfig: str | None, context: str
         )
 
 
+def read_live_daemonset(settings: Settings, api: Any) -> LiveDaemonSet | None:
+    """The proxy's DaemonSet as the cluster holds it now, for what its field managers say (`LiveDaemonSet`); None
+    when it does not exist or cannot be read (the engine then reports on the objects)."""
+    if api is None:
+        return None
+    from kubernetes import client
+
+    deployment = settings.deployment
+    try:
+        obj = client.AppsV1Api(api).read_namespaced_daemon_set(
+            deployment.service_name, deployment.namespace, _request_timeout=10, _preload_content=False
+        )
+        data = json.loads(obj.data)
+    except Exception:  # absent (404), forbidden or unreachable
+        return None
+    return LiveDaemonSet.from_object(data) if isinstance(data, Mapping) else None
+
+
 def _main() -> ClusterProxy:
     config = pulumi.Config(CONFIG_NAMESPACE)
     settings = settings_from_config(config)
+    live = None
     if not config.get("renderYamlToDirectory"):
-        _require_namespaces(
-            settings, get_config(f"{CONFIG_NAMESPACE}:kubeconfig") or None, config.get("context") or None
-        )
+        kubeconfig = get_config(f"{CONFIG_NAMESPACE}:kubeconfig") or None
+        with _kube_client(kubeconfig, config.get("context") or None) as api:
+            _require_namespaces(settings, api)
+            live = read_live_daemonset(settings, api)
     discover = discover_from_config(config.get_object(DISCOVER_KEY))
     network = discover.network() if discover is not None else None
-    provider = _provider(config)
+    provider = _provider(config, live)
     management = _management_provider(config, settings)
     args = ClusterProxyArgs(settings=settings, network=network, management_provider=management)
-    proxy = ClusterProxy(pulumi.get_stack(), args, component_options(settings, provider))
+    proxy = ClusterProxy(pulumi.get_stack(), args, component_options(settings, provider, live))
     pulumi.export("noProxy", proxy.no_proxy)
     pulumi.export("httpProxy", proxy.http_proxy)
     pulumi.export("httpsProxy", proxy.https_proxy)

@@ -229,10 +229,12 @@ LAYOUT_DEFAULT_PROVIDER = "50668ea"
 
 
 @contextlib.contextmanager
-def old_layout(project: Project, commit: str) -> Iterator[None]:
+def old_layout(project: Project, commit: str, *, its_config: bool = False) -> Iterator[None]:
     """Run the project with the package as it was at `commit`: beside __main__.py, so first on sys.path.
 
-    Its Pulumi.yaml keeps only the config keys that commit declared (the program refuses unknown ones).
+    Its Pulumi.yaml keeps only the config keys that commit declared (the program refuses unknown ones); with
+    `its_config`, as that commit declared them (a592121 required `renderYamlToDirectory`, `kubeconfig` and
+    `context`: no default).
     """
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "proxy_component", "Pulumi.yaml"],
                              capture_output=True, timeout=60)  # fmt: skip
@@ -245,6 +247,8 @@ def old_layout(project: Project, commit: str) -> Iterator[None]:
     then = set(yaml.safe_load((old / "Pulumi.yaml").read_text())["config"])
     layout = yaml.safe_load(saved)
     layout["config"] = {key: spec for key, spec in layout["config"].items() if key in then}
+    if its_config:
+        layout["config"] = yaml.safe_load((old / "Pulumi.yaml").read_text())["config"]
     current.write_text(yaml.safe_dump(layout, sort_keys=False))
     shutil.move(old / "proxy_component", project.dir / "proxy_component")
     try:
