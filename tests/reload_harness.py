@@ -45,7 +45,10 @@ def wait_for(condition: Callable[[], Any], what: str, timeout: float = TIMEOUT, 
 def config_files(settings: Settings) -> dict[str, str]:
     """The files of the proxy's config object (ConfigMap `data` or Secret `stringData`), as rendered."""
     for obj in manifests(settings):
-        if obj["kind"] in ("ConfigMap", "Secret") and obj["metadata"]["name"] == f"{settings.deployment.service_name}-config":
+        if (
+            obj["kind"] in ("ConfigMap", "Secret")
+            and obj["metadata"]["name"] == f"{settings.deployment.service_name}-config"
+        ):
             return dict(obj.get("data") or obj.get("stringData") or {})
     raise AssertionError("no proxy config object rendered")
 

@@ -112,7 +112,9 @@ def test_a_no_upstream_entry_and_a_password_rotation_reload_without_a_cut_or_a_f
             swapped = volume.write(config_files(rotated))
             running.wait_line("reloaded tinyproxy with config generation", 2)
             wait_for(
-                lambda: once(proxy, target) == "upstream: x" and upstream.seen[-1].authorization == _basic("second-Pa55"),
+                lambda: (
+                    once(proxy, target) == "upstream: x" and upstream.seen[-1].authorization == _basic("second-Pa55")
+                ),
                 "the new password on a new tunnel",
             )
             password_s = time.monotonic() - swapped
