@@ -26,7 +26,6 @@ from .render.helm import PROFILES, UnknownProfileError, helm_values, profile_no_
 from .render.helm import merge_values as _merge_plain
 from .render.kustomize import kustomization
 from .render.proxy import (
-    RESTART_ANNOTATION,
     config_generation,
     firewall_rules,
     ip_family_fields,

@@ -21,7 +21,9 @@ __all__ = [
     "GENERATION_KEY",
     "RELOAD_LOG_PREFIX",
     "RESTART_ANNOTATION",
+    "STATUS_PERIOD",
     "config_generation",
+    "config_is_secret",
     "config_name",
     "config_object",
     "daemonset",
@@ -52,6 +54,7 @@ RESTART_ANNOTATION = "proxy-component/restart-inputs"
 GENERATION_ANNOTATION = "proxy-component/config-generation"
 GENERATION_KEY = "generation"
 RELOAD_LOG_PREFIX = "proxy-component: "  # the lines the tinyproxy container's watcher writes (proxy_command)
+STATUS_PERIOD = 600  # seconds (polls) between the watcher's lines that repeat what it runs, for `check` to read
 CONFIG_KEY = "tinyproxy.conf"
 FILTER_KEY = "filter"
 FIREWALL_KEY = "nftables.conf"
@@ -350,8 +353,11 @@ def proxy_command(settings: Settings) -> list[str]:
     No capability, no shared process namespace: the shell and tinyproxy run as one user in one container, and the
     shell signals its own child. When tinyproxy exits, the shell exits with its status (the kubelet restarts the
     container); SIGTERM is passed on. Shell built-ins, `sleep` and `timeout`: the image's busybox has them.
-    Every line it writes starts with `RELOAD_LOG_PREFIX`, and names the config generation (`GENERATION_KEY`,
-    never a credential) it started with or loaded, which `check` reads.
+    Every line it writes starts with `RELOAD_LOG_PREFIX` and names the config generation (`GENERATION_KEY`, never
+    a credential) it started with or loaded, and the kubelet's directory of those files (`..2026_11_27_03_00_00.N`:
+    when the kubelet wrote them, to the second); it repeats that every `STATUS_PERIOD` seconds, so that `check`
+    finds it in the last minutes of the log, and judges a change of the credentials alone (same generation) by
+    that time against the config object's.
     """
     d = settings.deployment
     script = "\n".join(
@@ -367,16 +373,18 @@ def proxy_command(settings: Settings) -> list[str]:
             'tinyproxy -d -c "$conf" &',
             "pid=$!",
             "trap 'kill -TERM $pid 2>/dev/null' TERM INT",
-            'loaded=$(snapshot); running=$(port "$conf")',
-            'say "started tinyproxy (pid $pid) with config generation $(generation "$dir")"',
+            'loaded=$(snapshot); running=$(port "$conf"); current=$(generation "$dir"); files=${loaded##*/}; i=0',
+            'say "started tinyproxy (pid $pid) with config generation $current (files $files)"',
             'while kill -0 "$pid" 2>/dev/null; do',
             "  sleep 1 & wait $!",
+            "  i=$((i + 1))",
+            f'  [ $((i % {STATUS_PERIOD})) -eq 0 ] && say "running config generation $current (files $files)"',
             "  now=$(snapshot)",
             '  [ "$now" = "$loaded" ] && continue',
             '  [ "$now" = none ] && { loaded=$now; continue; }',
             '  new=$(generation "$now")',
             '  if [ "$(port "$now/tinyproxy.conf")" != "$running" ]; then',
-            '    say "config generation $new changes Port: not reloaded (the pod is replaced for it)"',
+            '    say "config generation $new (files ${now##*/}) changes Port: not reloaded (the pod is replaced for it)"',
             "    loaded=$now; continue",
             "  fi",
             '  out=$(timeout 5 tinyproxy -d -c "$now/tinyproxy.conf" 2>&1 </dev/null); rc=$?',
@@ -385,12 +393,12 @@ def proxy_command(settings: Settings) -> list[str]:
             '      case "$line" in *"Syntax error"*|*"Bad regex"*|*"Could not open"*|*"filter file"*|*"MUST"*|*"Bad port"*)',
             '        say "  $line";; esac',
             "    done",
-            '    say "config generation $new refused (tinyproxy exits $rc on it): not reloaded, the running config stays"',
+            '    say "config generation $new (files ${now##*/}) refused (tinyproxy exits $rc on it): not reloaded, the running config stays"',
             "    loaded=$now; continue",
             "  fi",
             '  [ "$(snapshot)" = "$now" ] || continue',
-            '  kill -USR1 "$pid" && say "reloaded tinyproxy with config generation $new"',
-            "  loaded=$now",
+            '  kill -USR1 "$pid" && say "reloaded tinyproxy with config generation $new (files ${now##*/})"',
+            "  loaded=$now; current=$new; files=${now##*/}",
             "done",
             'wait "$pid"; rc=$?',
             'say "tinyproxy exited ($rc)"',
@@ -449,6 +457,11 @@ def _firewall_text(settings: Settings, firewall: str | None) -> str:
     if not settings.deployment.firewall.enabled:
         return ""
     return firewall if firewall is not None else firewall_rules(settings)
+
+
+def config_is_secret(settings: Settings) -> bool:
+    """The proxy's config object is a Secret (the upstream has credentials), else a ConfigMap."""
+    return _upstream_has_credentials(settings)
 
 
 def _upstream_has_credentials(settings: Settings) -> bool:

@@ -283,7 +283,9 @@ def test_only_what_tinyproxy_cannot_reload_rolls_the_daemonset(mocked: Harness) 
     config object only (tinyproxy reloads them in place); the port and the kernel ranges change the pod template."""
     upstream = {"url": "http://svc:first@proxy.corp.example:3128"}
     ClusterProxy("a", ClusterProxyArgs(settings={**IPV6_ONLY, "proxy": {"upstream": upstream}}))
-    ClusterProxy("b", ClusterProxyArgs(settings={**IPV6_ONLY, "namespaces": ["other"], "proxy": {"upstream": upstream}}))
+    ClusterProxy(
+        "b", ClusterProxyArgs(settings={**IPV6_ONLY, "namespaces": ["other"], "proxy": {"upstream": upstream}})
+    )
     changed = {
         "c": {"deployment": {"connectPorts": [443, 8443]}},
         "d": {"proxy": {"upstream": {**upstream, "noUpstream": ["corp.example"]}}},

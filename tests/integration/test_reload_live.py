@@ -122,11 +122,13 @@ def test_a_no_upstream_entry_and_a_password_rotation_reload_without_a_cut_or_a_f
             count = load.ok
             wait_for(lambda: load.ok >= count + 20, "the load to go on after the reloads")
         assert load.failed == [], load.failed[:5]
-        assert running.tinyproxy_pid == pid and running.proc.poll() is None
+        assert running.tinyproxy_pid == pid
+        assert running.proc.poll() is None
         os.kill(pid, 0)  # the same process, never restarted
         assert config_files(rotated)[GENERATION_KEY] == config_files(settings)[GENERATION_KEY]
         assert config_files(added)[GENERATION_KEY] != config_files(settings)[GENERATION_KEY]
-        assert "second-Pa55" not in running.text() and "first-Pa55" not in running.text()
+        assert "second-Pa55" not in running.text()
+        assert "first-Pa55" not in running.text()
         for tunnel in long_tunnels:
             tunnel.close()
     print(
@@ -155,14 +157,16 @@ def test_a_filter_tinyproxy_cannot_compile_is_never_loaded(
         line = running.wait_line("refused")
         assert "exits 65" in line, running.text()
         assert running.count("Bad regex") == 1, running.text()
-        assert once(proxy, target) == "direct: x" and tunnel.echo("still") == "direct: still"
+        assert once(proxy, target) == "direct: x"
+        assert tunnel.echo("still") == "direct: still"
         # A refused config stays refused; the next files are judged afresh.
         good = _settings(tmp_path, echo, None, port=port, deny=[r"^169\.254\.", r"^127\.0\.0\.1$"])
         volume.write(config_files(good))
         running.wait_line("reloaded tinyproxy")
         wait_for(lambda: " 403 " in once(proxy, target), "the new Filter rule")
         assert tunnel.echo("old tunnels are not judged again") == "direct: old tunnels are not judged again"
-        assert running.tinyproxy_pid == pid and running.proc.poll() is None
+        assert running.tinyproxy_pid == pid
+        assert running.proc.poll() is None
         tunnel.close()
 
 
