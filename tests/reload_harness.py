@@ -18,7 +18,7 @@ import socketserver
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,6 +59,7 @@ class KubeletDir:
     def __init__(self, path: Path) -> None:
         self.path = path
         path.mkdir(parents=True, exist_ok=True)
+        path.chmod(0o755)  # the image's user reads it where it is bind-mounted
         self._count = 0
 
     def write(self, files: Mapping[str, str]) -> float:
@@ -67,6 +68,7 @@ class KubeletDir:
         stamp = f"..2026_11_27_00_00_{self._count:02d}.{os.getpid()}"
         target = self.path / stamp
         target.mkdir()
+        target.chmod(0o755)
         for key, text in files.items():
             (target / key).write_text(text, encoding="utf-8")
             (target / key).chmod(0o444)
@@ -136,7 +138,7 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def watcher(
-    settings: Settings, log: Path, shell: list[str], env: Mapping[str, str] | None = None, wrap: list[str] = ()
+    settings: Settings, log: Path, shell: list[str], env: Mapping[str, str] | None = None, wrap: Sequence[str] = ()
 ) -> Iterator[Watcher]:
     """Run the rendered command (`/bin/sh -c SCRIPT`, with `shell` for `/bin/sh`) until the block ends; TERM, then
     KILL, on the way out. `wrap` prefixes the whole command line (e.g. `ip netns exec NAME`)."""
@@ -190,6 +192,7 @@ class LineEchoServer(socketserver.ThreadingTCPServer):
 
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 256  # not the default 5: a burst of connections is the load, not a refusal
 
     def __init__(self, prefix: bytes, host: str = "127.0.0.1") -> None:
         self.prefix = prefix
@@ -242,6 +245,7 @@ class _Upstream(socketserver.StreamRequestHandler):
 class UpstreamServer(socketserver.ThreadingTCPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 256
 
     def __init__(self, host: str = "127.0.0.1") -> None:
         self.seen: list[SeenConnect] = []
