@@ -221,7 +221,10 @@ def _baseline_daemonset() -> Obj:
             "selector": {"matchLabels": {"app": "http-proxy"}},
             "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
             "template": {
-                "metadata": {"labels": _BASELINE_LABELS, "annotations": {"proxy-component/config-digest": "0" * 64}},
+                "metadata": {
+                    "labels": _BASELINE_LABELS,
+                    "annotations": {"proxy-component/restart-inputs": "port=8888 firewall=" + "0" * 16},
+                },
                 "spec": {
                     "hostNetwork": True,
                     "dnsPolicy": "Default",
@@ -339,7 +342,7 @@ def _by_type(registrations: Sequence[Registration]) -> dict[str, int]:
 
 
 def bench_construction(sizes: Sequence[int], reps: int, budget_s: float) -> list[ConstructionRow]:
-    log("warm-up: one run of every scenario with 1 namespace (lazy imports, first scrypt, pydantic caches)")
+    log("warm-up: one run of every scenario with 1 namespace (lazy imports, pydantic caches)")
     for scenario in SCENARIOS:
         run_once(scenario.make(1))
 

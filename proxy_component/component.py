@@ -26,7 +26,13 @@ from .render.env import ProxyValues, env_vars, pod_env, workload_kind, workload_
 from .render.helm import PROFILES, UnknownProfileError, helm_values, profile_no_proxy
 from .render.helm import merge_values as _merge_plain
 from .render.kustomize import kustomization
-from .render.proxy import config_digest, firewall_rules, ip_family_fields, tinyproxy_conf
+from .render.proxy import (
+    config_generation,
+    firewall_rules,
+    ip_family_fields,
+    restart_inputs,
+    tinyproxy_conf,
+)
 from .render.runtimes import java_skip_reason
 from .render.trust import bundle_in, trust_env_vars, trust_volume, trust_volume_mount, unreached
 from .settings import (
@@ -135,9 +141,10 @@ class ClusterProxy(pulumi.ComponentResource):
         if settings.proxy.upstream is not None and settings.proxy.upstream.credentials is not None:
             conf = pulumi.Output.secret(conf)
         firewall = composed.apply(lambda c: c[2])
-        digest = pulumi.Output.unsecret(
-            pulumi.Output.all(conf, firewall).apply(lambda both: config_digest(settings, both[0], both[1]))
-        )
+        # Neither is derived from a credential: what cannot be reloaded (the port, the kernel rules), and the
+        # digest of the config with the credentials left out.
+        restart = firewall.apply(lambda text: restart_inputs(settings, text))
+        generation = composed.apply(lambda c: config_generation(settings, c[1]))
 
         def profile_values(profile: str, release: str | None = None) -> ProxyValues:
             """One Helm profile's values: the cluster's NO_PROXY plus the chart's own names for the release (None:
@@ -161,11 +168,12 @@ class ClusterProxy(pulumi.ComponentResource):
             values=values,
             nodes=node_values(settings, no_proxy),
             conf=conf,
-            digest=digest,
+            restart=restart,
             text=lambda build, v: _plain(v).apply(build),
             ip_fields=self._ip_fields(settings, network, network_values) if settings.deployment.enabled else None,
             helm_values=profile_values,
             firewall=firewall,
+            generation=generation,
         )
         for planned in plan(settings, inputs):
             self.resources[planned.key] = self._register(name, planned, args.management_provider)
@@ -215,8 +223,8 @@ class ClusterProxy(pulumi.ComponentResource):
     @staticmethod
     def _digest(settings: Settings, values: ProxyValues) -> pulumi.Output[str]:
         """The values' digest once they are known (at preview too, when the settings alone make them); never secret:
-        with credentials it is scrypt, as the proxy's config digest is."""
-        digest = _plain(values).apply(lambda v: values_digest(v, settings.trusted_ca, settings.has_credentials))
+        the credentials are left out of what it digests."""
+        digest = _plain(values).apply(lambda v: values_digest(v, settings.trusted_ca))
         return pulumi.Output.unsecret(digest)
 
     def helm_values_for(

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from ..render.env import (
     CONFIG_NAME,
 )
+from ..render.proxy import config_is_secret, config_name
 from ..render.trust import BUNDLE_NAME, trust_namespaces
 from ..settings import PROBE_NAMESPACE, Settings
 from .cluster import (
@@ -66,8 +67,9 @@ def config_api(settings: Settings) -> Api:
 def accesses(settings: Settings, probe: bool = False) -> list[Access]:
     """Every request check may make for these settings, in the order it makes them; `rbac_objects` grants exactly
     these. The `kubernetes` Service is read only where ServiceCIDRs cannot be listed (a 404 before Kubernetes 1.33,
-    or a 403). With `probe`, also what `--probe` needs: create, list, delete pods and get their logs in the probe's
-    own namespace, and get the proxy pods' logs."""
+    or a 403). With the proxy deployed, its config object by name and its pods' logs (which config each node's proxy
+    runs). With `probe`, also what `--probe` needs: create, list, delete pods and get their logs in the probe's own
+    namespace."""
     d = settings.deployment
     out = [Access(NODES), Access(SERVICE_CIDRS), Access(SERVICES, *KUBERNETES_SERVICE)]
     if d.enabled:
@@ -75,6 +77,9 @@ def accesses(settings: Settings, probe: bool = False) -> list[Access]:
             Access(NAMESPACES, None, d.namespace),
             Access(DAEMON_SET, d.namespace, d.service_name),
             Access(PODS, d.namespace),
+            # Which config each node's proxy runs: the config object by name, and its pods' logs.
+            Access(SECRETS if config_is_secret(settings) else CONFIG_MAPS, d.namespace, config_name(settings)),
+            Access(POD_LOGS, d.namespace),
         ]
     out += [Access(config_api(settings), ns, CONFIG_NAME) for ns in settings.proxy_config_namespaces]
     out += [Access(CONFIG_MAPS, ns, BUNDLE_NAME) for ns in trust_namespaces(settings)]

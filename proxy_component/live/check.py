@@ -17,6 +17,7 @@ import ipaddress
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple
 
 from ..noproxy import NoProxy
@@ -30,7 +31,16 @@ from ..render.env import (
     proxy_config_object,
     reads_proxy_config,
 )
-from ..render.proxy import APP_LABEL, CONTROL_PLANE_LABEL, NO_DAEMONSET_LABELS
+from ..render.proxy import (
+    APP_LABEL,
+    CONTROL_PLANE_LABEL,
+    GENERATION_ANNOTATION,
+    NO_DAEMONSET_LABELS,
+    RELOAD_LOG_PREFIX,
+    STATUS_PERIOD,
+    config_is_secret,
+    config_name,
+)
 from ..render.runtimes import python_no_proxy
 from ..render.trust import BUNDLE_NAME, trust_bundle_object, trust_namespaces
 from ..settings import (
@@ -49,6 +59,7 @@ from .cluster import (
     DAEMON_SET,
     NAMESPACES,
     NODES,
+    POD_LOGS,
     PODS,
     SECRETS,
     SERVICE_CIDRS,
@@ -58,7 +69,7 @@ from .cluster import (
     Obj,
     explain,
 )
-from .stale import JudgedPods, judge_pods
+from .stale import JudgedPods, content_time, judge_pods
 
 POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
 # hostNetwork, hostPort and the firewall's root user with NET_ADMIN: only `privileged` admits the DaemonSet.
@@ -470,12 +481,14 @@ def _proxy(settings: Settings, cluster: Cluster, all_nodes: list[Obj]) -> Iterat
             )  # fmt: skip
     placed: set[str] = set()
     ready: set[str] = set()
+    running: dict[str, str] = {}  # node: its ready proxy pod's name
     for pod in cluster.list_json(Access(PODS, d.namespace), label_selector=f"{APP_LABEL}={d.service_name}"):
         node = (pod.get("spec") or {}).get("nodeName")
         if node:
             placed.add(node)
             if _ready(pod):
                 ready.add(node)
+                running[node] = pod["metadata"]["name"]
     nodes = sorted(n["metadata"]["name"] for n in all_nodes if _eligible(settings, n))
     not_ready = [n for n in nodes if n in placed and n not in ready]
     missing = [n for n in nodes if n not in placed]
@@ -490,6 +503,103 @@ def _proxy(settings: Settings, cluster: Cluster, all_nodes: list[Obj]) -> Iterat
             "proxy-missing-on-nodes", name, "error",
             f"no proxy pod on {len(missing)} node(s): {_shown(missing)} (a taint, a full node or a nodeSelector "
             "keeps it off; with internalTrafficPolicy Local their pods have no proxy)",
+        )  # fmt: skip
+    yield from _loaded_configs(settings, cluster, {n: running[n] for n in nodes if n in running})
+
+
+# What the tinyproxy container's watcher says it runs (render.proxy.proxy_command): the config generation and the
+# kubelet's directory of its files, `..YYYY_MM_DD_hh_mm_ss.N`, named by when the kubelet wrote them (UTC).
+_LOADED = re.compile(r"config generation (\S+) \(files (\S+)\)")
+_KUBELET_DIR = re.compile(r"^\.\.(\d{4})_(\d\d)_(\d\d)_(\d\d)_(\d\d)_(\d\d)\.")
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """What one node's proxy runs, from its log: the generation, when the kubelet wrote its files, and the
+    generation of newer files it refused since (None when it refused none)."""
+
+    generation: str
+    files: str
+    refused: str | None = None
+
+    @property
+    def written(self) -> datetime | None:
+        match = _KUBELET_DIR.match(self.files)
+        if match is None:
+            return None
+        return datetime(*(int(part) for part in match.groups()), tzinfo=timezone.utc)  # type: ignore[misc]
+
+
+def loaded_config(log: str) -> Loaded | None:
+    """The last config the watcher says it started with or loaded, from a tinyproxy container's log; None when it
+    says nothing (an older layout, or a log cut short)."""
+    found: Loaded | None = None
+    for line in log.splitlines():
+        if not line.startswith(RELOAD_LOG_PREFIX):
+            continue
+        match = _LOADED.search(line)
+        if match is None:
+            continue
+        generation, files = match.groups()
+        if "refused" in line:
+            if found is not None:
+                found = Loaded(found.generation, found.files, generation)
+        elif "changes Port" not in line:
+            found = Loaded(generation, files, found.refused if found is not None and "running" in line else None)
+    return found
+
+
+def _loaded_configs(settings: Settings, cluster: Cluster, pods: dict[str, str]) -> Iterator[Finding]:
+    """A node whose proxy runs an older config than the cluster's config object: another generation (what
+    tinyproxy reloads, without credentials), or files the kubelet wrote before the object last changed (a change
+    of the credentials alone keeps the generation: it is told by time, never by a digest of them). Each ready
+    proxy pod's log of the last `STATUS_PERIOD` seconds and a minute is read (the watcher repeats what it runs)."""
+    d = settings.deployment
+    api = SECRETS if config_is_secret(settings) else CONFIG_MAPS
+    config = cluster.get_json(Access(api, d.namespace, config_name(settings)))
+    if config is None or not pods:
+        return
+    want = ((config.get("metadata") or {}).get("annotations") or {}).get(GENERATION_ANNOTATION)
+    changed = content_time(config)
+    where = f"{config['kind']} {d.namespace}/{config_name(settings)}"
+    old: list[str] = []
+    refused: list[str] = []
+    for node, pod in sorted(pods.items()):
+        try:
+            log = cluster.request(
+                Access(POD_LOGS, d.namespace), pod, d.namespace, container="tinyproxy",
+                since_seconds=STATUS_PERIOD + 60,
+            )  # fmt: skip
+        except Exception as exc:
+            if getattr(exc, "status", None) is None:
+                raise
+            continue  # no log to read (403, 404): not judged
+        loaded = loaded_config(str(log))
+        if loaded is None or want is None:
+            continue
+        written = loaded.written
+        stale = loaded.generation != want or (
+            changed is not None and written is not None and written + timedelta(seconds=1) < changed
+        )
+        if not stale:
+            continue
+        what = f"{node} (generation {loaded.generation}, files {loaded.files})"
+        (refused if loaded.refused == want else old).append(what)
+    since = f", changed {changed.strftime('%Y-%m-%dT%H:%M:%SZ')}" if changed is not None else ""
+    if old:
+        yield Finding(
+            "proxy-config-not-loaded", where, "warning",
+            f"the proxy on {len(old)} node(s) runs an older config than this object's (generation {want}{since}): "
+            f"{_shown(old)}. The kubelet updates the mounted files within about a minute of a change, and the "
+            "proxy reloads them within a second after that; if this persists, read the pod's log (lines starting "
+            f"{RELOAD_LOG_PREFIX.strip()!r})",
+        )  # fmt: skip
+    if refused:
+        yield Finding(
+            "proxy-config-refused", where, "error",
+            f"the proxy on {len(refused)} node(s) refused this object's config (generation {want}) and runs its "
+            f"previous one: {_shown(refused)}. Its log names the line tinyproxy refused (lines starting "
+            f"{RELOAD_LOG_PREFIX.strip()!r})",
         )  # fmt: skip
 
 

@@ -13,7 +13,7 @@ from .capi import kubeadm_config_spec, kubeadm_config_template_patch, kubeadm_co
 from .digest import stamped
 from .env import ProxyValues, env_vars, workload_values
 from .plan import PlanInputs, Planned, check_allow_sources, check_unique, node_values, plan, plan_checks
-from .proxy import config_digest, tinyproxy_conf
+from .proxy import config_generation, restart_inputs, tinyproxy_conf
 
 __all__ = [
     "PlanInputs",
@@ -50,13 +50,14 @@ def plain_plan(settings: Settings) -> list[Planned]:
     if settings.deployment.enabled:
         check_allow_sources(settings)
     values = plain_values(settings)
-    conf = tinyproxy_conf(settings, settings.allowed_sources())
+    allow = settings.allowed_sources()
     inputs = PlanInputs(
         values=values,
         nodes=node_values(settings, values.no_proxy),
-        conf=conf,
-        digest=config_digest(settings, conf),
+        conf=tinyproxy_conf(settings, allow),
+        restart=restart_inputs(settings),
         text=_call,
+        generation=config_generation(settings, allow),
     )
     return plan(settings, inputs)
 

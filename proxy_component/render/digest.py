@@ -8,8 +8,10 @@ transform injects by reference is stamped `REFERENCE` instead: its pods follow `
 The digest covers every value any container may get, whatever its runtime selection: the proxy URLs, both NO_PROXY
 renderings, both JDK_JAVA_OPTIONS values and the trusted CA's PEM. A change to any of them makes every stamped pod
 stale, but a change of the CA alone only those that read it at start (the JVM, Node): the digest has two parts,
-`<env>-<trust>`. When the URLs carry credentials the digest is scrypt (as the proxy's own config digest is): the annotation
-is plain text, so guessing a password from it must be costly.
+`<env>-<trust>`. The annotation is plain text, so nothing of a credential goes into it: a URL's user name and password
+are replaced by `<credentials>` before hashing. A change of the credentials alone does not change the digest; with
+credentials every injection names them by `secretKeyRef` to `proxy-config`, so its pods are judged by that Secret's
+change time, as references are (live/stale.py).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import replace
 from typing import Any
+from urllib.parse import urlsplit
 
 from ..settings import Settings
 from .env import REFERENCE, VALUES_ANNOTATION, ProxyValues
@@ -29,34 +32,46 @@ __all__ = [
     "split_digest",
     "stamped",
     "values_digest",
+    "without_credentials",
 ]
 
 DIGEST_LENGTH = 16  # hex digits of each part: 64 bits, enough to tell one configuration from the next
 NO_TRUST = "none"  # the trust part without proxy.upstream.trustedCa
 
 
-def values_digest(values: ProxyValues, trusted_ca: str | None, credentials: bool) -> str:
-    """`<values>-<trust>`: the digest of plain `values` (strings, not Outputs; scrypt with `credentials`), then that
-    of the trusted CA (`none` without one). Two parts, so that a reader can tell a CA rotation, which reaches a pod's
-    mounted files but not a runtime that read them at start (the JVM, Node), from a change of the env."""
+def without_credentials(url: str) -> str:
+    """`url` with its user info, if any, replaced by `<credentials>`: what a digest may see of a proxy URL."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparsable>"
+    if "@" not in parts.netloc:
+        return url
+    return parts._replace(netloc="<credentials>@" + parts.netloc.rpartition("@")[2]).geturl()
+
+
+def values_digest(values: ProxyValues, trusted_ca: str | None) -> str:
+    """`<values>-<trust>`: the sha256 of plain `values` (strings, not Outputs) with the URLs' credentials left out,
+    then that of the trusted CA (`none` without one). Two parts, so that a reader can tell a CA rotation, which
+    reaches a pod's mounted files but not a runtime that read them at start (the JVM, Node), from a change of the env.
+    No credential reaches the hash, so the digest is no oracle for guessing one."""
 
     def text(value: Any) -> str:
         return "" if value is None else str(value)
 
+    def url(value: Any) -> str:
+        return "" if value is None else without_credentials(str(value))
+
     parts = (
-        values.http_proxy,
-        values.https_proxy,
-        values.no_proxy,
-        values.no_proxy_python,
-        values.java_options,
-        values.java_trust_options,
+        url(values.http_proxy),
+        url(values.https_proxy),
+        text(values.no_proxy),
+        text(values.no_proxy_python),
+        text(values.java_options),
+        text(values.java_trust_options),
     )
-    content = "\0".join(map(text, parts)).encode()
-    if credentials:
-        raw = hashlib.scrypt(content, salt=b"proxy-component/values", n=2**14, r=8, p=1, dklen=32)
-        env = raw.hex()[:DIGEST_LENGTH]
-    else:
-        env = hashlib.sha256(content).hexdigest()[:DIGEST_LENGTH]
+    content = "\0".join(parts).encode()
+    env = hashlib.sha256(content).hexdigest()[:DIGEST_LENGTH]
     trust = hashlib.sha256(trusted_ca.encode()).hexdigest()[:DIGEST_LENGTH] if trusted_ca else NO_TRUST
     return f"{env}-{trust}"
 
@@ -69,7 +84,7 @@ def split_digest(digest: str) -> tuple[str, str]:
 
 def stamped(values: ProxyValues, settings: Settings) -> ProxyValues:
     """Plain `values` with their digest, which every consumer then stamps."""
-    return replace(values, digest=values_digest(values, settings.trusted_ca, settings.has_credentials))
+    return replace(values, digest=values_digest(values, settings.trusted_ca))
 
 
 def settings_digest(settings: Settings) -> str:

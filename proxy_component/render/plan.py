@@ -93,16 +93,20 @@ class PlanInputs:
     the settings alone (the command's plan, which has no run-time network).
     `firewall` is the nftables table when a run-time network adds cluster
     ranges to it; without it the table is rendered from the settings.
+    `restart` is the pod template's `restart_inputs` (what tinyproxy cannot
+    reload) and `generation` the config's `config_generation` (what it
+    reloads, without credentials).
     """
 
     values: ProxyValues
     nodes: ProxyValues
     conf: Any
-    digest: Any
+    restart: Any
     text: Callable[[Callable[[ProxyValues], str], ProxyValues], Any]
     ip_fields: Obj | None = None
     helm_values: Callable[[str, str | None], ProxyValues] | None = None
     firewall: Any = None
+    generation: Any = None
 
 
 def _profile_values(settings: Settings, values: ProxyValues, profile: str, release: str | None) -> ProxyValues:
@@ -172,8 +176,12 @@ def plan(settings: Settings, inputs: PlanInputs) -> list[Planned]:
     if settings.deployment.enabled:
         service_obj = service(settings, inputs.ip_fields)
         planned += [
-            Planned("config", "-tinyproxy-config", config_object(settings, inputs.conf, inputs.firewall)),
-            Planned("daemonset", "-tinyproxy", daemonset(settings, inputs.digest), depends_on=("config",)),
+            Planned(
+                "config",
+                "-tinyproxy-config",
+                config_object(settings, inputs.conf, inputs.firewall, inputs.generation),
+            ),
+            Planned("daemonset", "-tinyproxy", daemonset(settings, inputs.restart), depends_on=("config",)),
             # The primary IP family of a Service cannot change in place: the API server refuses the update.
             Planned(
                 "service",

@@ -17,8 +17,13 @@ from ..settings import OS_LABEL, STAT_HOST, NetworkValues, Settings, traffic_dis
 
 __all__ = [
     "APP_LABEL",
-    "CONFIG_HASH_ANNOTATION",
-    "config_digest",
+    "GENERATION_ANNOTATION",
+    "GENERATION_KEY",
+    "RELOAD_LOG_PREFIX",
+    "RESTART_ANNOTATION",
+    "STATUS_PERIOD",
+    "config_generation",
+    "config_is_secret",
     "config_name",
     "config_object",
     "daemonset",
@@ -30,6 +35,8 @@ __all__ = [
     "loopback_reserve",
     "node_selector",
     "probe",
+    "proxy_command",
+    "restart_inputs",
     "restricted_security_context",
     "service",
     "tinyproxy_conf",
@@ -40,7 +47,14 @@ __all__ = [
 Obj = dict[str, Any]
 
 APP_LABEL = "app"
-CONFIG_HASH_ANNOTATION = "proxy-component/config-digest"
+# On the pod template: what a change of restarts the proxy pods (tinyproxy does not reload it), readable, never a
+# credential nor derived from one.
+RESTART_ANNOTATION = "proxy-component/restart-inputs"
+# On the config object, and its key `generation`: the digest of what tinyproxy reloads, without the credentials.
+GENERATION_ANNOTATION = "proxy-component/config-generation"
+GENERATION_KEY = "generation"
+RELOAD_LOG_PREFIX = "proxy-component: "  # the lines the tinyproxy container's watcher writes (proxy_command)
+STATUS_PERIOD = 600  # seconds (polls) between the watcher's lines that repeat what it runs, for `check` to read
 CONFIG_KEY = "tinyproxy.conf"
 FILTER_KEY = "filter"
 FIREWALL_KEY = "nftables.conf"
@@ -69,11 +83,13 @@ def _quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def tinyproxy_conf(settings: Settings, allow: Sequence[str]) -> str:
+def tinyproxy_conf(settings: Settings, allow: Sequence[str], credentials: bool = True) -> str:
     """tinyproxy.conf: never an open proxy (Allow lists only `allow`), CONNECT restricted, optional Upstream.
 
     `allow` is `Settings.allowed_sources(...)`: loopback, the pod and node
-    ranges and the extra allowed sources.
+    ranges and the extra allowed sources. `credentials=False` writes
+    `<credentials>` for the upstream's user and password: the text that
+    `config_generation` digests.
     """
     d = settings.deployment
     lines = [
@@ -108,7 +124,7 @@ def tinyproxy_conf(settings: Settings, allow: Sequence[str]) -> str:
     if upstream is not None:
         host, port = upstream.endpoint
         creds = upstream.credentials
-        userinfo = f"{creds[0]}:{creds[1]}@" if creds else ""
+        userinfo = ("<credentials>@" if not credentials else f"{creds[0]}:{creds[1]}@") if creds else ""
         lines += ["", "# Chain to the corporate proxy, except for these destinations."]
         lines += [f"Upstream none {_quote(spec)}" for spec in _no_upstream_specs(upstream.no_upstream)]
         lines.append(f"Upstream http {userinfo}{host}:{port}")
@@ -297,47 +313,139 @@ def firewall_command(settings: Settings) -> list[str]:
     return ["/bin/sh", "-c", script]
 
 
-def config_digest(settings: Settings, conf: str, firewall: str | None = None) -> str:
-    """The pod-template annotation that rolls the DaemonSet when the config changes.
+GENERATION_LENGTH = 16  # hex digits: 64 bits, enough to tell one configuration from the next
 
-    `firewall` is the nftables text when a run-time network adds ranges to
-    it; by default it is rendered from the settings. With upstream credentials
-    the config is secret but the annotation is plain, so the digest is scrypt
-    (about 40 ms, 16 MiB): guessing a password from it must be costly. Without
-    credentials a sha256 is enough.
+
+def config_generation(settings: Settings, allow: Sequence[str]) -> str:
+    """What tinyproxy reloads (tinyproxy.conf and the Filter), with the upstream's credentials left out: a sha256
+    of text that holds no secret, so it is no oracle. Each node's proxy logs the generation it loaded, and `check`
+    compares it with the config object's; a change of the credentials alone keeps it, and is told by time."""
+    content = "\0".join((tinyproxy_conf(settings, allow, credentials=False), tinyproxy_filter(settings)))
+    return hashlib.sha256(content.encode()).hexdigest()[:GENERATION_LENGTH]
+
+
+def restart_inputs(settings: Settings, firewall: str | None = None) -> str:
+    """The pod template's annotation: what tinyproxy cannot reload, so that a change of it rolls the DaemonSet.
+
+    `Port` (tinyproxy keeps the sockets it opened) and the kernel rules (`nftables.conf`, loaded by the init
+    container when the pod starts: the firewall ranges, the client limits, the upstream's address) as a sha256 of
+    their text, which holds no credential. Readable, so that a preview's diff names the part that changed.
+    Everything else tinyproxy reloads in place (`proxy_command`). `firewall` is the nftables text when a run-time
+    network adds ranges to it; by default it is rendered from the settings.
     """
-    content = "\0".join((conf, tinyproxy_filter(settings), _firewall_text(settings, firewall))).encode()
-    if _upstream_has_credentials(settings):
-        digest = hashlib.scrypt(content, salt=b"proxy-component/tinyproxy.conf", n=2**14, r=8, p=1, dklen=32)
-        return digest.hex()
-    return hashlib.sha256(content).hexdigest()
+    text = _firewall_text(settings, firewall)
+    rules = hashlib.sha256(text.encode()).hexdigest()[:GENERATION_LENGTH] if text else "off"
+    return f"port={settings.deployment.port} firewall={rules}"
 
 
-def config_object(settings: Settings, conf: Any, firewall: Any = None) -> Obj:
+def proxy_command(settings: Settings) -> list[str]:
+    """What the tinyproxy container runs: tinyproxy, in the foreground as the shell's child, and a watcher that
+    reloads it when the kubelet updates the mounted config.
+
+    The kubelet writes a ConfigMap or Secret volume as a directory whose `..data` symlink it swaps atomically to a
+    new timestamped directory. Once a second the shell reads where `..data` points (`cd -P`, a built-in). When it
+    moved, it checks the new files with tinyproxy itself, which parses the config and compiles the Filter exactly
+    as a reload would, then fails to listen on the port the running proxy holds (exit 71, EX_OSERR): only that
+    exit sends SIGUSR1. tinyproxy keeps its old config when a reloaded config does not parse, but exits when a
+    reloaded Filter does not compile (src/filter.c), so a bad file must never reach it. A new `Port` is never
+    reloaded (tinyproxy keeps its sockets): the pod template changes with it and the pod is replaced.
+
+    No capability, no shared process namespace: the shell and tinyproxy run as one user in one container, and the
+    shell signals its own child. When tinyproxy exits, the shell exits with its status (the kubelet restarts the
+    container); SIGTERM is passed on. Shell built-ins, `sleep` and `timeout`: the image's busybox has them.
+    Every line it writes starts with `RELOAD_LOG_PREFIX` and names the config generation (`GENERATION_KEY`, never
+    a credential) it started with or loaded, and the kubelet's directory of those files (`..2026_11_27_03_00_00.N`:
+    when the kubelet wrote them, to the second); it repeats that every `STATUS_PERIOD` seconds, so that `check`
+    finds it in the last minutes of the log, and judges a change of the credentials alone (same generation) by
+    that time against the config object's.
+    """
+    d = settings.deployment
+    script = "\n".join(
+        [
+            "set -u",
+            f"dir={_shell_quote(d.config_dir)}",
+            f'conf="$dir/{CONFIG_KEY}"',
+            f'say() {{ echo "{RELOAD_LOG_PREFIX}$*"; }}',
+            "# Where the kubelet's ..data points now: a new directory for every update of the config object.",
+            'snapshot() { (cd -P "$dir/..data" 2>/dev/null && pwd -P) || echo none; }',
+            f'generation() {{ g=unknown; read -r g 2>/dev/null < "$1/{GENERATION_KEY}"; echo "$g"; }}',
+            'port() { while read -r k v rest; do [ "$k" = Port ] && { echo "$v"; return; }; done < "$1"; echo; }',
+            'tinyproxy -d -c "$conf" &',
+            "pid=$!",
+            "trap 'kill -TERM $pid 2>/dev/null' TERM INT",
+            'loaded=$(snapshot); running=$(port "$conf"); current=$(generation "$dir"); files=${loaded##*/}; i=0',
+            'say "started tinyproxy (pid $pid) with config generation $current (files $files)"',
+            'while kill -0 "$pid" 2>/dev/null; do',
+            "  sleep 1 & wait $!",
+            "  i=$((i + 1))",
+            f'  [ $((i % {STATUS_PERIOD})) -eq 0 ] && say "running config generation $current (files $files)"',
+            "  now=$(snapshot)",
+            '  [ "$now" = "$loaded" ] && continue',
+            '  [ "$now" = none ] && { loaded=$now; continue; }',
+            '  new=$(generation "$now")',
+            '  if [ "$(port "$now/tinyproxy.conf")" != "$running" ]; then',
+            '    say "config generation $new (files ${now##*/}) changes Port: not reloaded (the pod is replaced for it)"',
+            "    loaded=$now; continue",
+            "  fi",
+            '  out=$(timeout 5 tinyproxy -d -c "$now/tinyproxy.conf" 2>&1 </dev/null); rc=$?',
+            '  if [ "$rc" -ne 71 ]; then',
+            '    printf "%s\\n" "$out" | while read -r line; do',
+            '      case "$line" in *"Syntax error"*|*"Bad regex"*|*"Could not open"*|*"filter file"*|*"MUST"*|*"Bad port"*)',
+            '        say "  $line";; esac',
+            "    done",
+            '    say "config generation $new (files ${now##*/}) refused (tinyproxy exits $rc on it): not reloaded, the running config stays"',
+            "    loaded=$now; continue",
+            "  fi",
+            '  [ "$(snapshot)" = "$now" ] || continue',
+            '  kill -USR1 "$pid" && say "reloaded tinyproxy with config generation $new (files ${now##*/})"',
+            "  loaded=$now; current=$new; files=${now##*/}",
+            "done",
+            'wait "$pid"; rc=$?',
+            'say "tinyproxy exited ($rc)"',
+            'exit "$rc"',
+        ]
+    )
+    return ["/bin/sh", "-c", script]
+
+
+def _shell_quote(value: str) -> str:
+    return "'" + value.replace("'", "'\\''") + "'"
+
+
+def config_object(settings: Settings, conf: Any, firewall: Any = None, generation: Any = None) -> Obj:
     """The ConfigMap holding tinyproxy.conf, or a Secret when the config carries upstream credentials.
 
     `firewall` (text or an Output) is the nftables table; by default it is rendered from the settings.
+    `generation` (text or an Output) is `config_generation`, by default for the settings' own Allow list; it is
+    both an annotation (for `check`) and the key `generation` (for the container's watcher to log).
     """
     d = settings.deployment
-    metadata = {"name": config_name(settings), "namespace": d.namespace, "labels": labels(settings)}
+    if generation is None:
+        generation = config_generation(settings, settings.allowed_sources())
+    metadata = {
+        "name": config_name(settings),
+        "namespace": d.namespace,
+        "labels": labels(settings),
+        "annotations": {GENERATION_ANNOTATION: generation},
+    }
     if _upstream_has_credentials(settings):
         return {
             "apiVersion": "v1",
             "kind": "Secret",
             "metadata": metadata,
             "type": "Opaque",
-            "stringData": _config_data(settings, conf, firewall),
+            "stringData": _config_data(settings, conf, firewall, generation),
         }
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": metadata,
-        "data": _config_data(settings, conf, firewall),
+        "data": _config_data(settings, conf, firewall, generation),
     }
 
 
-def _config_data(settings: Settings, conf: Any, firewall: Any) -> Obj:
-    data: Obj = {CONFIG_KEY: conf}
+def _config_data(settings: Settings, conf: Any, firewall: Any, generation: Any) -> Obj:
+    data: Obj = {CONFIG_KEY: conf, GENERATION_KEY: generation}
     if settings.deployment.deny_destinations:
         data[FILTER_KEY] = tinyproxy_filter(settings)
     if settings.deployment.firewall.enabled:
@@ -351,13 +459,19 @@ def _firewall_text(settings: Settings, firewall: str | None) -> str:
     return firewall if firewall is not None else firewall_rules(settings)
 
 
+def config_is_secret(settings: Settings) -> bool:
+    """The proxy's config object is a Secret (the upstream has credentials), else a ConfigMap."""
+    return _upstream_has_credentials(settings)
+
+
 def _upstream_has_credentials(settings: Settings) -> bool:
     upstream = settings.proxy.upstream
     return upstream is not None and upstream.credentials is not None
 
 
-def daemonset(settings: Settings, digest: Any) -> Obj:
-    """tinyproxy on every node's network (hostNetwork, node resolver), hardened and rolled by the config digest."""
+def daemonset(settings: Settings, restart: Any) -> Obj:
+    """tinyproxy on every node's network (hostNetwork, node resolver), hardened; its config is reloaded in place
+    (`proxy_command`), and `restart` (`restart_inputs`: what tinyproxy cannot reload) rolls it."""
     d = settings.deployment
     selector = {APP_LABEL: d.service_name}
     volume_source: Obj
@@ -397,7 +511,7 @@ def daemonset(settings: Settings, digest: Any) -> Obj:
             "selector": {"matchLabels": selector},
             "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
             "template": {
-                "metadata": {"labels": labels(settings), "annotations": {CONFIG_HASH_ANNOTATION: digest}},
+                "metadata": {"labels": labels(settings), "annotations": {RESTART_ANNOTATION: restart}},
                 "spec": {
                     **pod_spec,
                     "containers": [
@@ -405,7 +519,7 @@ def daemonset(settings: Settings, digest: Any) -> Obj:
                             "name": "tinyproxy",
                             "image": d.image,
                             "imagePullPolicy": d.image_pull_policy,
-                            "command": ["tinyproxy", "-d", "-c", f"{d.config_dir}/{CONFIG_KEY}"],
+                            "command": proxy_command(settings),
                             "ports": [
                                 {"name": "http-proxy", "containerPort": d.port, "hostPort": d.port, "protocol": "TCP"}
                             ],

@@ -10,7 +10,7 @@ import pulumi_kubernetes as k8s
 import pytest
 
 from proxy_component import ClusterNetwork, ClusterProxy, ClusterProxyArgs, SettingsError
-from proxy_component.render.proxy import CONFIG_HASH_ANNOTATION, config_digest, firewall_rules
+from proxy_component.render.proxy import RESTART_ANNOTATION, firewall_rules, restart_inputs
 from proxy_component.settings import NetworkValues, parse_settings
 from tests.conftest import ROOT, Harness, holds_secret
 
@@ -84,7 +84,7 @@ def test_daemonset_and_service_follow_the_runbook(mocked: Harness) -> None:
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert ds["updateStrategy"]["type"] == "RollingUpdate"
-    assert len(ds["template"]["metadata"]["annotations"][CONFIG_HASH_ANNOTATION]) == 64
+    assert ds["template"]["metadata"]["annotations"][RESTART_ANNOTATION].startswith("port=8888 firewall=")
     svc = mocked.one(SERVICE, "egress-service").inputs["spec"]
     assert svc["ipFamilies"] == ["IPv6"]
     assert svc["ipFamilyPolicy"] == "SingleStack"
@@ -154,8 +154,8 @@ def test_a_cidr_that_is_an_output_of_another_resource_reaches_no_proxy(mocked: H
     digest = mocked.one(DAEMON_SET, "egress-tinyproxy").inputs["spec"]["template"]["metadata"]["annotations"]
     settings = parse_settings({"namespaces": ["default"]})
     values = NetworkValues(pod_cidrs=["10.244.0.0/16"], service_cidrs=["172.20.0.0/16"])
-    assert digest[CONFIG_HASH_ANNOTATION] == config_digest(settings, conf, firewall_rules(settings, values))
-    assert digest[CONFIG_HASH_ANNOTATION] != config_digest(settings, conf)
+    assert digest[RESTART_ANNOTATION] == restart_inputs(settings, firewall_rules(settings, values))
+    assert digest[RESTART_ANNOTATION] != restart_inputs(settings)
 
 
 def test_preview_with_unknown_cidrs_registers_the_same_resources(mocked_preview: Harness) -> None:
@@ -278,17 +278,35 @@ def test_disabled_deployment_registers_only_the_consumers(mocked: Harness) -> No
     assert sorted(r.name for r in mocked.settle()) == ["egress", "egress-proxy-config-default"]
 
 
-def test_the_config_digest_rolls_the_daemonset_only_when_the_config_changes(mocked: Harness) -> None:
-    ClusterProxy("a", ClusterProxyArgs(settings=IPV6_ONLY))
-    ClusterProxy("b", ClusterProxyArgs(settings={**IPV6_ONLY, "namespaces": ["other"]}))
-    ClusterProxy("c", ClusterProxyArgs(settings={**IPV6_ONLY, "deployment": {"connectPorts": [443, 8443]}}))
-    digests = {
-        r.name: r.inputs["spec"]["template"]["metadata"]["annotations"][CONFIG_HASH_ANNOTATION]
-        for r in mocked.settle()
-        if r.typ == DAEMON_SET
+def test_only_what_tinyproxy_cannot_reload_rolls_the_daemonset(mocked: Harness) -> None:
+    """Issue 35 item 1: connect ports, the upstream, its password and its noUpstream list, the Filter change the
+    config object only (tinyproxy reloads them in place); the port and the kernel ranges change the pod template."""
+    upstream = {"url": "http://svc:first@proxy.corp.example:3128"}
+    ClusterProxy("a", ClusterProxyArgs(settings={**IPV6_ONLY, "proxy": {"upstream": upstream}}))
+    ClusterProxy(
+        "b", ClusterProxyArgs(settings={**IPV6_ONLY, "namespaces": ["other"], "proxy": {"upstream": upstream}})
+    )
+    changed = {
+        "c": {"deployment": {"connectPorts": [443, 8443]}},
+        "d": {"proxy": {"upstream": {**upstream, "noUpstream": ["corp.example"]}}},
+        "e": {"proxy": {"upstream": {"url": "http://svc:second@proxy.corp.example:3128"}}},
+        "f": {"deployment": {"denyDestinations": [r"^127\."]}},
     }
-    assert digests["a-tinyproxy"] == digests["b-tinyproxy"]
-    assert digests["a-tinyproxy"] != digests["c-tinyproxy"]
+    for name, extra in changed.items():
+        ClusterProxy(name, ClusterProxyArgs(settings={**IPV6_ONLY, "proxy": {"upstream": upstream}, **extra}))
+    ClusterProxy("port", ClusterProxyArgs(settings={**IPV6_ONLY, "deployment": {"port": 3129}}))
+    wider = {**IPV6_ONLY["cluster"], "podCidrs": [*IPV6_ONLY["cluster"]["podCidrs"], "fd00:10:245::/56"]}
+    ClusterProxy("ranges", ClusterProxyArgs(settings={**IPV6_ONLY, "cluster": wider}))
+    resources = mocked.settle()
+    templates = {r.name: r.inputs["spec"]["template"] for r in resources if r.typ == DAEMON_SET}
+    configs = {r.name: r.inputs for r in resources if r.name.endswith("-tinyproxy-config")}
+    for name in ("b", *changed):
+        assert templates[f"{name}-tinyproxy"] == templates["a-tinyproxy"], name
+    for name in changed:
+        assert configs[f"{name}-tinyproxy-config"] != configs["a-tinyproxy-config"], name
+    restart = {name: t["metadata"]["annotations"][RESTART_ANNOTATION] for name, t in templates.items()}
+    assert restart["port-tinyproxy"].startswith("port=3129 ")
+    assert restart["ranges-tinyproxy"] != restart["a-tinyproxy"]
 
 
 def test_a_namespace_that_selects_runtimes_gets_their_variables_in_its_proxy_config(mocked: Harness) -> None:

@@ -8,6 +8,7 @@ the JSON bytes of the objects (the rendered ones, as the API server sends them b
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from types import SimpleNamespace
@@ -39,10 +40,21 @@ def _raw(body: dict[str, Any]) -> Any:
 class FakeApi:
     """Every API group at once, answering from the objects given per kind (the method's name without its verb)."""
 
-    def __init__(self, objects: dict[str, list[dict[str, Any]]]) -> None:
+    def __init__(self, objects: dict[str, list[dict[str, Any]]], logs: dict[str, str] | None = None) -> None:
         self.objects = objects
+        self.logs = logs or {}
+        self.log_calls: list[dict[str, Any]] = []
 
     def __getattr__(self, call: str) -> Any:
+        if call == "read_namespaced_pod_log":  # the client's str, as check asks for it
+
+            def log(name: str, namespace: str, **kwargs: Any) -> str:
+                self.log_calls.append({"name": name, "namespace": namespace, **kwargs})
+                if name not in self.logs:
+                    raise ApiException(status=404, reason="Not Found")
+                return self.logs[name]
+
+            return log
         verb, _, kind = call.partition("_")
         if verb not in ("read", "list"):
             raise AttributeError(call)
@@ -73,7 +85,12 @@ def _selected(obj: dict[str, Any], namespace: str | None, kwargs: dict[str, Any]
 
 
 def _cluster(
-    settings: Settings, *, images: dict[str, str] | None = None, namespace_labels: dict[str, str] | None = None
+    settings: Settings,
+    *,
+    images: dict[str, str] | None = None,
+    namespace_labels: dict[str, str] | None = None,
+    config: dict[str, Any] | None = None,
+    logs: dict[str, str] | None = None,
 ) -> Cluster:
     """A one-node cluster where the rendered proxy runs and is ready; `images` replaces container images by name."""
     rendered = {(o["kind"], o["metadata"]["name"]): o for o in manifests(settings)}
@@ -104,9 +121,14 @@ def _cluster(
             "namespace": [namespace],
             "namespaced_daemon_set": [daemonset],
             "namespaced_pod": [pod],
-            "namespaced_config_map": [o for k, o in rendered.items() if k == ("ConfigMap", "proxy-config")],
+            "namespaced_config_map": [
+                *(o for k, o in rendered.items() if k == ("ConfigMap", "proxy-config")),
+                *([config] if config is not None and config["kind"] == "ConfigMap" else []),
+            ],
+            "namespaced_secret": [config] if config is not None and config["kind"] == "Secret" else [],
             "service_cidr": [],
-        }
+        },
+        logs,
     )
     clients = {"core": api, "apps": api, "batch": api, "networking": api}
     return Cluster(clients=clients, server="https://127.0.0.1:6443")
@@ -266,3 +288,78 @@ def test_the_check_guides_cluster_role_row_names_every_rule_check_rbac_renders()
                 assert f"`{rule['verbs'][0]}` {resource}" in row, (rule, row)
                 for name in rule.get("resourceNames", []):
                     assert f"`{resource}/{name}`" in row, (rule, row)
+
+
+# --- which config each node's proxy runs (issue 35 item 1) ------------------------------------------------------
+
+
+def _config_object(settings: Settings, changed: str) -> dict[str, Any]:
+    """The proxy's config object as the API server returns it: its data last changed at `changed`."""
+    obj = next(o for o in manifests(settings) if o["metadata"]["name"] == "http-proxy-config")
+    obj = json.loads(json.dumps(obj))
+    if obj["kind"] == "Secret":
+        obj["data"] = {k: base64.b64encode(v.encode()).decode() for k, v in obj.pop("stringData").items()}
+    obj["metadata"]["managedFields"] = [
+        {"manager": "pulumi-kubernetes", "operation": "Apply", "time": changed, "fieldsV1": {"f:data": {}}}
+    ]
+    return obj
+
+
+def _log(generation: str, files: str, *more: str) -> str:
+    return "\n".join(
+        [
+            "NOTICE    Nov 27 03:00:00.000 [7]: Initializing tinyproxy ...",
+            f"proxy-component: started tinyproxy (pid 7) with config generation {generation} (files {files})",
+            "NOTICE    Nov 27 03:00:01.000 [7]: Request for the stathost.",
+            *more,
+        ]
+    )
+
+
+def test_a_node_whose_proxy_runs_an_older_config_is_named_and_a_password_change_is_told_by_time() -> None:
+    upstream = {"url": "http://svc:rotated-Pa55@proxy.corp.example:3128"}
+    settings = parse_settings({**SETTINGS, "proxy": {"upstream": upstream}})
+    config = _config_object(settings, "2026-11-27T03:10:00Z")
+    want = config["metadata"]["annotations"]["proxy-component/config-generation"]
+    where = "Secret kube-system/http-proxy-config"
+
+    def findings(log: str) -> list[Finding]:
+        return [f for f in check_cluster(settings, _cluster(settings, config=config, logs={"http-proxy-a": log}))]
+
+    # Loaded after the change: current.
+    assert findings(_log(want, "..2026_11_27_03_10_40.1")) == []
+    reloaded = _log("0123456789abcdef", "..2026_11_27_03_00_00.1",
+                    f"proxy-component: reloaded tinyproxy with config generation {want} (files ..2026_11_27_03_11_00.2)")  # fmt: skip
+    assert findings(reloaded) == []
+    # Another generation.
+    [old] = findings(_log("0123456789abcdef", "..2026_11_27_03_00_00.1"))
+    assert (old.kind, old.object, old.severity) == ("proxy-config-not-loaded", where, "warning")
+    assert "n1 (generation 0123456789abcdef, files ..2026_11_27_03_00_00.1)" in old.message
+    assert f"generation {want}, changed 2026-11-27T03:10:00Z" in old.message
+    # The same generation (the password alone changed) from files the kubelet wrote before the change.
+    [before] = findings(_log(want, "..2026_11_27_03_00_00.1"))
+    assert before.kind == "proxy-config-not-loaded"
+    assert "n1 (generation" in before.message
+    # Refused: the watcher kept the old config.
+    refused = _log("0123456789abcdef", "..2026_11_27_03_00_00.1",
+                   f"proxy-component: config generation {want} (files ..2026_11_27_03_11_00.2) refused (tinyproxy "
+                   "exits 65 on it): not reloaded, the running config stays",
+                   "proxy-component: running config generation 0123456789abcdef (files ..2026_11_27_03_00_00.1)")  # fmt: skip
+    [error] = findings(refused)
+    assert (error.kind, error.severity) == ("proxy-config-refused", "error")
+    for finding in (old, before, error):
+        assert "rotated-Pa55" not in str(finding)
+    # A log that says nothing (an older layout) or cannot be read: not judged.
+    assert findings("NOTICE only tinyproxy's own lines") == []
+    assert check_cluster(settings, _cluster(settings, config=config)) == []
+
+
+def test_check_reads_only_the_recent_log_of_the_tinyproxy_container() -> None:
+    settings = parse_settings(SETTINGS)
+    config = _config_object(settings, "2026-11-27T03:10:00Z")
+    cluster = _cluster(settings, config=config, logs={"http-proxy-a": _log("x", "..2026_11_27_03_00_00.1")})
+    assert [f.kind for f in check_cluster(settings, cluster)] == ["proxy-config-not-loaded"]
+    api = cluster.clients["core"]
+    assert api.log_calls == [
+        {"name": "http-proxy-a", "namespace": "kube-system", "container": "tinyproxy", "since_seconds": 660}
+    ]

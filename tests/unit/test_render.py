@@ -8,11 +8,15 @@ import pytest
 
 from proxy_component.render.env import ProxyValues, env_vars, proxy_config_object
 from proxy_component.render.proxy import (
-    config_digest,
+    GENERATION_ANNOTATION,
+    GENERATION_KEY,
+    RESTART_ANNOTATION,
+    config_generation,
     config_object,
     daemonset,
     firewall_command,
     firewall_rules,
+    restart_inputs,
     tinyproxy_conf,
     tinyproxy_filter,
 )
@@ -57,18 +61,51 @@ def test_upstream_with_exceptions_and_credentials() -> None:
     assert config_object(settings, conf)["kind"] == "Secret"
 
 
-def test_digest_is_scrypt_only_when_the_config_holds_credentials() -> None:
+def test_what_restarts_the_proxy_is_readable_and_never_derived_from_a_credential() -> None:
+    """The pod template names the port and a sha256 of the kernel rules: no scrypt, no credential (issue 37 item 4:
+    the unkeyed scrypt of the config was a password oracle). The upstream's password changes nothing in it."""
     plain = parse_settings({"cluster": CLUSTER})
-    secret = parse_settings({"cluster": CLUSTER, "proxy": {"upstream": {"url": "http://u:p@proxy.corp:3128"}}})
-    conf = "Port 8888\n"
-    content = "\0".join((conf, tinyproxy_filter(plain), firewall_rules(plain))).encode()
-    assert config_digest(plain, conf) == hashlib.sha256(content).hexdigest()
+    secret = parse_settings({"cluster": CLUSTER, "proxy": {"upstream": {"url": "http://u:p1@proxy.corp:3128"}}})
+    rotated = parse_settings({"cluster": CLUSTER, "proxy": {"upstream": {"url": "http://u:p2@proxy.corp:3128"}}})
+    rules = hashlib.sha256(firewall_rules(plain).encode()).hexdigest()[:16]
+    assert restart_inputs(plain) == f"port=8888 firewall={rules}"
+    assert restart_inputs(secret) == restart_inputs(rotated) == restart_inputs(plain)
     no_firewall = parse_settings(
         {"cluster": CLUSTER, "deployment": {"firewall": {"enabled": False, "allowClusterDestinations": True}}}
     )
-    assert config_digest(no_firewall, conf) != config_digest(plain, conf)
-    scrypt = hashlib.scrypt(content, salt=b"proxy-component/tinyproxy.conf", n=2**14, r=8, p=1, dklen=32)
-    assert config_digest(secret, conf) == scrypt.hex()
+    assert restart_inputs(no_firewall) == "port=8888 firewall=off"
+    wider = parse_settings({"cluster": {**CLUSTER, "nodeCidrs": ["192.168.0.0/23"]}})
+    assert restart_inputs(wider) != restart_inputs(plain), "a kernel range is loaded at start only: it rolls"
+    moved = parse_settings({"cluster": CLUSTER, "deployment": {"port": 3129}})
+    assert restart_inputs(moved).startswith("port=3129 ")
+    template = daemonset(secret, restart_inputs(secret))["spec"]["template"]["metadata"]
+    assert template["annotations"] == {RESTART_ANNOTATION: restart_inputs(secret)}
+
+
+def test_the_config_generation_leaves_the_credentials_out() -> None:
+    """A sha256 of the config with `<credentials>` for the user and password: the same for every password, so it
+    tells nothing about one; a change of anything tinyproxy reloads (here a noUpstream entry) changes it."""
+
+    def settings(url: str, no_upstream: list[str] | None = None) -> Settings:
+        return parse_settings(
+            {"cluster": CLUSTER, "proxy": {"upstream": {"url": url, "noUpstream": no_upstream or []}}}
+        )
+
+    one, two = settings("http://u:p1@proxy.corp:3128"), settings("http://u:p2@proxy.corp:3128")
+    allow = one.allowed_sources()
+    assert config_generation(one, allow) == config_generation(two, allow)
+    text = tinyproxy_conf(one, allow, credentials=False)
+    assert "Upstream http <credentials>@proxy.corp:3128" in text.splitlines()
+    assert "p1" not in text
+    content = "\0".join((text, tinyproxy_filter(one))).encode()
+    assert config_generation(one, allow) == hashlib.sha256(content).hexdigest()[:16]
+    more = settings("http://u:p1@proxy.corp:3128", ["corp.example"])
+    assert config_generation(more, allow) != config_generation(one, allow)
+    assert config_generation(settings("http://proxy.corp:3128"), allow) != config_generation(one, allow)
+    obj = config_object(one, tinyproxy_conf(one, allow))
+    assert obj["kind"] == "Secret"
+    assert obj["metadata"]["annotations"] == {GENERATION_ANNOTATION: config_generation(one, allow)}
+    assert obj["stringData"][GENERATION_KEY] == config_generation(one, allow)
 
 
 def test_the_filter_ships_beside_the_config_and_changes_the_digest() -> None:
@@ -78,7 +115,8 @@ def test_the_filter_ships_beside_the_config_and_changes_the_digest() -> None:
     data = config_object(settings, conf)["data"]
     assert data["filter"].splitlines()[:2] == [r"^(.+\.)?localhost\.?$", r"^127\."]
     narrower = parse_settings({"cluster": CLUSTER, "deployment": {"denyDestinations": [r"^127\."]}})
-    assert config_digest(settings, conf) != config_digest(narrower, conf)
+    allow = settings.allowed_sources()
+    assert config_generation(settings, allow) != config_generation(narrower, allow)
     none = parse_settings({"cluster": CLUSTER, "deployment": {"denyDestinations": []}})
     assert "Filter" not in tinyproxy_conf(none, none.allowed_sources())
     assert "filter" not in config_object(none, conf)["data"]
@@ -320,8 +358,8 @@ def test_images_are_versioned_and_pulled_if_not_present_by_default() -> None:
     containers = [*pod["initContainers"], *pod["containers"]]
     # One image, the project's own (scripts/image), for the firewall init container and tinyproxy.
     assert [c["image"] for c in containers] == [
-        "ghcr.io/proxy-component/proxy:1.11.3-git-364cdb6-pc2",
-        "ghcr.io/proxy-component/proxy:1.11.3-git-364cdb6-pc2",
+        "ghcr.io/proxy-component/proxy:1.11.3-git-364cdb6-pc3",
+        "ghcr.io/proxy-component/proxy:1.11.3-git-364cdb6-pc3",
     ]
     assert {c["imagePullPolicy"] for c in containers} == {"IfNotPresent"}
     assert not any(image_is_mutable(c["image"]) for c in containers)

@@ -14,6 +14,11 @@
 //	tool flood ADDR MEGABYTES          one request to the proxy at ADDR whose headers are MEGABYTES of 100 kB lines,
 //	                                   each with its own name; one JSON object: bytes sent, the write error if one
 //	                                   stopped it, and the answer's status line
+//	tool tunnels URL COUNT SECONDS     COUNT long tunnels: each its own client (proxy from the environment) that GETs
+//	                                   the https URL once a second for SECONDS over one kept-alive connection, the
+//	                                   CONNECT tunnel through the proxy; print "open" once each has its connection,
+//	                                   then one JSON object: per tunnel the requests, the failed ones and the
+//	                                   connections it took (1: never cut)
 package main
 
 import (
@@ -23,6 +28,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"sort"
 	"strconv"
@@ -181,9 +187,63 @@ func flood(addr string, megabytes int) {
 	fmt.Println(string(enc))
 }
 
+type tunnelResult struct {
+	Requests    int      `json:"requests"`
+	Failed      int      `json:"failed"`
+	Connections int      `json:"connections"`
+	Errors      []string `json:"errors"`
+}
+
+func tunnels(url string, count, seconds int) {
+	results := make([]tunnelResult, count)
+	var opened, done sync.WaitGroup
+	opened.Add(count)
+	done.Add(count)
+	for i := 0; i < count; i++ {
+		go func(r *tunnelResult) {
+			defer done.Done()
+			transport := &http.Transport{Proxy: http.ProxyFromEnvironment, MaxConnsPerHost: 1, IdleConnTimeout: time.Hour}
+			client := &http.Client{Timeout: 10 * time.Second, Transport: transport}
+			first := true
+			for s := 0; s < seconds; s++ {
+				trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
+					if !info.Reused {
+						r.Connections++
+					}
+				}}
+				req, _ := http.NewRequest("GET", url, nil)
+				req = req.WithContext(httptrace.WithClientTrace(req.Context(), trace))
+				r.Requests++
+				resp, err := client.Do(req)
+				if err == nil {
+					_, err = io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if err == nil && resp.StatusCode != 200 {
+						err = fmt.Errorf("status %d", resp.StatusCode)
+					}
+				}
+				if err != nil {
+					r.Failed++
+					r.Errors = append(r.Errors, err.Error())
+				}
+				if first {
+					first = false
+					opened.Done()
+				}
+				time.Sleep(time.Second)
+			}
+		}(&results[i])
+	}
+	opened.Wait()
+	fmt.Println("open")
+	done.Wait()
+	enc, _ := json.Marshal(results)
+	fmt.Println(string(enc))
+}
+
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: tool fetch URL... | serve ADDR NAME [CERT KEY] | load URL SECONDS RATE | hold ADDR COUNT SECONDS | flood ADDR MEGABYTES")
+		fmt.Fprintln(os.Stderr, "usage: tool fetch URL... | serve ADDR NAME [CERT KEY] | load URL SECONDS RATE | hold ADDR COUNT SECONDS | flood ADDR MEGABYTES | tunnels URL COUNT SECONDS")
 		os.Exit(2)
 	}
 	switch args := os.Args[2:]; os.Args[1] {
@@ -204,6 +264,16 @@ func main() {
 			os.Exit(2)
 		}
 		load(args[0], seconds, rate)
+	case "tunnels":
+		if len(args) != 3 {
+			os.Exit(2)
+		}
+		count, err1 := strconv.Atoi(args[1])
+		seconds, err2 := strconv.Atoi(args[2])
+		if err1 != nil || err2 != nil || count < 1 {
+			os.Exit(2)
+		}
+		tunnels(args[0], count, seconds)
 	case "hold", "flood":
 		numbers := make([]int, len(args)-1)
 		for i, arg := range args[1:] {
