@@ -402,8 +402,10 @@ def preview_probes(live: LiveDaemonSet) -> pulumi.ResourceTransform | None:
         pod_spec = template.get("spec") if isinstance(template, Mapping) else None
         containers = pod_spec.get("containers") if isinstance(pod_spec, Mapping) else None
         stale = live.stale_probes(containers)
-        if not stale or not isinstance(spec, Mapping) or not isinstance(template, Mapping):
+        if not (stale and isinstance(spec, Mapping) and isinstance(template, Mapping)):
             return None
+        if not (isinstance(pod_spec, Mapping) and isinstance(containers, list)):
+            return None  # never: stale_probes found probes in them
         # Copies along the path only: the rest may hold Outputs (secrets), which cannot be deep-copied.
         containers = [
             {**c, **{probe: unknown for name, probe, _ in stale if c.get("name") == name}}
@@ -540,10 +542,10 @@ def read_live_daemonset(settings: Settings, api: Any) -> LiveDaemonSet | None:
 
     deployment = settings.deployment
     try:
-        obj = client.AppsV1Api(api).read_namespaced_daemon_set(
+        response: Any = client.AppsV1Api(api).read_namespaced_daemon_set(
             deployment.service_name, deployment.namespace, _request_timeout=10, _preload_content=False
-        )
-        data = json.loads(obj.data)
+        )  # the raw response: managedFields as the API server spells them
+        data = json.loads(response.data)
     except Exception:  # absent (404), forbidden or unreachable
         return None
     return LiveDaemonSet.from_object(data) if isinstance(data, Mapping) else None

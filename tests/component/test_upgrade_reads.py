@@ -15,7 +15,7 @@ CONTAINER = 'k:{"name":"tinyproxy"}'
 
 
 def daemonset(manager: str = "pulumi-kubernetes", operation: str = "Update") -> dict[str, Any]:
-    probe = {"f:tcpSocket": {".": {}, "f:port": {}}, "f:periodSeconds": {}}
+    probe: dict[str, Any] = {"f:tcpSocket": {".": {}, "f:port": {}}, "f:periodSeconds": {}}
     return {
         "metadata": {
             "name": "http-proxy",

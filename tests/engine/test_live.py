@@ -256,7 +256,8 @@ def test_a_default_provider_stack_moves_to_the_one_explicit_provider_and_adopt_t
     # unknown; `up` applies them (tests/engine/test_upgrades.py runs the recorded layouts).
     first = project.run("preview", "--json")
     ops = changes(json.loads(first.stdout))
-    assert set(ops) == {"update"} and "moved-tinyproxy" in ops["update"], ops
+    assert set(ops) == {"update"}, ops
+    assert "moved-tinyproxy" in ops["update"], ops
     up = project.run("up", "--yes")
     summary = [line for line in up.stdout.splitlines() if re.search(r"\b(replaced|deleted)\b", line)]
     assert summary == [], summary

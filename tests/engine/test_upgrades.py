@@ -133,11 +133,14 @@ def _clean(cluster: Cluster) -> Iterator[None]:
 
 
 def uids(cluster: Cluster) -> dict[tuple[str, str, str], str]:
-    """The live object behind each of OBJECTS: a delete and re-create changes it."""
+    """The live object behind each of OBJECTS that exists: a delete and re-create changes it."""
     found = {}
     for kind, namespace, name in OBJECTS:
-        result = cluster.kubectl("get", kind, name, "-o", "json", *(["-n", namespace] if namespace else []))
-        found[(kind, namespace, name)] = json.loads(result.stdout)["metadata"]["uid"]
+        result = cluster.kubectl(
+            "get", kind, name, "-o", "json", *(["-n", namespace] if namespace else []), check=False
+        )
+        if result.returncode == 0:
+            found[(kind, namespace, name)] = json.loads(result.stdout)["metadata"]["uid"]
     return found
 
 
@@ -256,6 +259,7 @@ def test_a_recorded_stack_upgrades_with_a_normal_up(
 ) -> None:
     project = old_stack(project_factory, cluster, upgrade)
     before = uids(cluster)
+    assert len(before) == len(OBJECTS), before
     probes = cluster.get("daemonset", "http-proxy", "-n", "kube-system")["spec"]["template"]["spec"]["containers"][0]
     assert "tcpSocket" in probes["livenessProbe"], "the control: the old layout's probes are TCP"
 
@@ -280,6 +284,70 @@ def test_a_recorded_stack_upgrades_with_a_normal_up(
     for probe in ("livenessProbe", "readinessProbe"):
         assert [h for h in HANDLERS if h in containers[0][probe]] == ["httpGet"], containers[0][probe]
 
+    project.run("preview", "--expect-no-changes")
+    settings = settings_of(yaml.safe_load(project.stack_file.read_text())["config"])
+    result = check(cluster, settings, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    project.run("destroy", "--yes", "--skip-preview")
+
+
+# The release before issue 37's fix: what a user who upgraded a592121's stack to it ran.
+BEFORE_THE_FIX = "7ab9a09"
+
+
+def guide_block(marker: str) -> str:
+    """A block of the upgrades guide (docs/guides/upgrades.md) after `<!-- MARKER:`, as written."""
+    text = (ROOT / "docs/guides/upgrades.md").read_text()
+    block = text.split(f"<!-- {marker}:", 1)[1].split("```sh\n", 1)[1]
+    return block.split("```", 1)[0]
+
+
+def test_a_half_applied_upgrade_recovers_as_the_guide_says(
+    project_factory: Any, cluster: Cluster, tmp_path: Path
+) -> None:
+    """a592121's stack upgraded to the release before the fix, whose `up` fails half-way (twice, as the issue saw),
+    then recovered with the guide's commands under this checkout: the state is forgotten (not the cluster), the live
+    objects are imported again, and a normal `up` updates them."""
+    upgrade = UPGRADES[0]
+    project = old_stack(project_factory, cluster, upgrade)
+    project.config(f"{NS}:injection", {**fixture_config(upgrade)[f"{NS}:injection"], "kyvernoPolicy": "ClusterPolicy"})
+    with old_layout(project, BEFORE_THE_FIX):
+        for _ in range(2):
+            failed = project.run("up", "--yes", "--skip-preview", check=False)
+            assert failed.returncode != 0, "the control: the release before the fix fails half-way"
+            assert "already exists" in failed.stdout, failed.stdout
+    # Its state now holds the objects under their old names beside the new ones, on a replaced provider: an `up`
+    # would create them again (AlreadyExists) and delete the old names, the same live objects; refresh changes
+    # nothing of it.
+    half = changes(project.preview_json())
+    assert half.get("delete"), half
+    assert sorted(n.split("-", 1)[1] for n in half["delete"]) == sorted(n.split("-", 1)[1] for n in half["create"])
+    project.run("refresh", "--yes")
+    assert changes(project.preview_json()) == half
+
+    before = uids(cluster)
+    imports = guide_block("import-commands").replace("for ns in default;", "for ns in default team-a;")
+    imports = imports.replace("\npulumi up --yes\n", "\n" + guide_block("import-more") + "pulumi up --yes\n")
+    # The guide: import each object that still exists (the failed `up` may have deleted the Service, before it
+    # made it again: delete before replace); `up` makes the others.
+    missing = set(OBJECTS) - set(before)
+    assert missing <= {("service", "kube-system", "http-proxy")}, missing
+    if missing:
+        imports = "\n".join(line for line in imports.splitlines() if "kubernetes:core/v1:Service" not in line)
+    script = tmp_path / "recover.sh"
+    script.write_text("set -euo pipefail\n" + guide_block("recovery-commands") + imports + "\n")
+    result = subprocess.run(
+        ["bash", str(script)], cwd=project.dir, env={**project.env, "PULUMI_STACK": STACK},
+        capture_output=True, text=True, timeout=1200,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = [line for line in result.stdout.splitlines() if re.search(r"\b(replaced|deleted|failed)\b", line)]
+    assert lines == ["Resources deleted"], lines  # `pulumi state delete --all`'s own: the state's, not the cluster's
+    after = uids(cluster)
+    assert set(after) == set(OBJECTS), after
+    assert {key: after[key] for key in before} == before, "a live object was deleted and made again"
+    containers = cluster.get("daemonset", "http-proxy", "-n", "kube-system")["spec"]["template"]["spec"]["containers"]
+    assert [h for h in HANDLERS if h in containers[0]["livenessProbe"]] == ["httpGet"], containers[0]
     project.run("preview", "--expect-no-changes")
     settings = settings_of(yaml.safe_load(project.stack_file.read_text())["config"])
     result = check(cluster, settings, tmp_path)
