@@ -14,6 +14,16 @@ from typing import Any
 
 from ..noproxy import Kind, parse_entry
 from ..settings import OS_LABEL, STAT_HOST, NetworkValues, Settings
+from .metrics import (
+    GENERATION_KEY,
+    LOG_DIR,
+    LOG_FILE,
+    LOG_VOLUME,
+    config_generation,
+    log_file_container,
+    metrics_container,
+    scrape_annotations,
+)
 
 __all__ = [
     "APP_LABEL",
@@ -93,6 +103,12 @@ def tinyproxy_conf(settings: Settings, allow: Sequence[str]) -> str:
         "# The kubelet's probes ask for this host: tinyproxy answers with its stats page and connects nowhere.",
         f"StatHost {_quote(STAT_HOST)}",
     ]
+    if d.metrics.enabled:
+        lines += [
+            "",
+            "# The exporter (the metrics container) reads this file and passes it on without the probes' lines.",
+            f"LogFile {_quote(LOG_FILE)}",
+        ]
     if d.deny_destinations:
         lines += [
             "",
@@ -342,7 +358,18 @@ def _config_data(settings: Settings, conf: Any, firewall: Any) -> Obj:
         data[FILTER_KEY] = tinyproxy_filter(settings)
     if settings.deployment.firewall.enabled:
         data[FIREWALL_KEY] = firewall if firewall is not None else firewall_rules(settings)
+    if settings.deployment.metrics.enabled:
+        data[GENERATION_KEY] = _generation(settings, conf)
     return data
+
+
+def _generation(settings: Settings, conf: Any) -> Any:
+    """The generation file the exporter reads: from the config text, or an Output of it (duck-typed: this layer
+    never imports pulumi)."""
+    filter_text = tinyproxy_filter(settings) if settings.deployment.deny_destinations else ""
+    if isinstance(conf, str):
+        return config_generation(conf, filter_text) + "\n"
+    return conf.apply(lambda text: config_generation(text, filter_text) + "\n")
 
 
 def _firewall_text(settings: Settings, firewall: str | None) -> str:
@@ -387,8 +414,17 @@ def daemonset(settings: Settings, digest: Any) -> Obj:
             "seccompProfile": {"type": "RuntimeDefault"},
         },
     }
-    if d.firewall.enabled:
-        pod_spec["initContainers"] = [_firewall_container(settings)]
+    init = [_firewall_container(settings)] if d.firewall.enabled else []
+    tinyproxy_mounts: list[Obj] = [{"name": "config", "mountPath": d.config_dir, "readOnly": True}]
+    sidecars: list[Obj] = []
+    volumes: list[Obj] = [{"name": "config", **volume_source}]
+    if d.metrics.enabled:
+        init.append(log_file_container(settings))
+        tinyproxy_mounts.append({"name": LOG_VOLUME, "mountPath": LOG_DIR})
+        sidecars.append(metrics_container(settings))
+        volumes.append({"name": LOG_VOLUME, "emptyDir": {}})
+    if init:
+        pod_spec["initContainers"] = init
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
@@ -397,7 +433,10 @@ def daemonset(settings: Settings, digest: Any) -> Obj:
             "selector": {"matchLabels": selector},
             "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
             "template": {
-                "metadata": {"labels": labels(settings), "annotations": {CONFIG_HASH_ANNOTATION: digest}},
+                "metadata": {
+                    "labels": labels(settings),
+                    "annotations": {CONFIG_HASH_ANNOTATION: digest, **scrape_annotations(settings)},
+                },
                 "spec": {
                     **pod_spec,
                     "containers": [
@@ -416,10 +455,11 @@ def daemonset(settings: Settings, digest: Any) -> Obj:
                                 "limits": d.limits,
                             },
                             "securityContext": restricted_security_context(),
-                            "volumeMounts": [{"name": "config", "mountPath": d.config_dir, "readOnly": True}],
-                        }
+                            "volumeMounts": tinyproxy_mounts,
+                        },
+                        *sidecars,
                     ],
-                    "volumes": [{"name": "config", **volume_source}],
+                    "volumes": volumes,
                 },
             },
         },
