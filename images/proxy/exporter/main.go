@@ -323,7 +323,7 @@ func (e *exporter) metrics() []byte {
 		newFam("tinyproxy_connections_total", "counter",
 			"Connections tinyproxy accepted (its 'requests'), the probes' and the exporter's included.").add("", values["reqs"])
 		newFam("tinyproxy_bad_connections_total", "counter",
-			"Connections tinyproxy judged bad: malformed requests, CONNECT ports not allowed, unreachable servers.").add("", values["bad"])
+			"Requests tinyproxy judged bad: malformed, a CONNECT port not allowed, and (counted twice) the Filter's refusals.").add("", values["bad"])
 		newFam("tinyproxy_denied_connections_total", "counter",
 			"Connections refused by Allow, Filter or authentication.").add("", values["denied"])
 	}
