@@ -237,7 +237,8 @@ def test_every_kind_of_request_is_counted_exactly_and_nothing_secret_is_served(i
 
         # The endpoint and the passed-on log: no credential, no probe line, each refusal and failure with its cause.
         body = n.scrape()
-        assert PASSWORD not in body and "svc" not in body
+        assert PASSWORD not in body
+        assert "svc" not in body
         _wait("the exporter to pass the upstream failures on", lambda: n.stdout.read_text().count("upstream") >= 2)
         log = n.stdout.read_text()
         assert PASSWORD not in log
@@ -246,20 +247,22 @@ def test_every_kind_of_request_is_counted_exactly_and_nothing_secret_is_served(i
         assert log.count('Proxying refused on filtered domain "127.0.0.1"') == sent["filter"]
         assert log.count("Could not connect to upstream proxy.") == sent["upstream"]
         # The whole file tinyproxy wrote holds the probes' lines; the exporter freed what it read (a sparse file).
-        raw = (n.root / LOG_FILE.lstrip("/"))
+        raw = n.root / LOG_FILE.lstrip("/")
         assert raw.stat().st_blocks * 512 < raw.stat().st_size or raw.stat().st_size < 4096
 
         # Connections open, and capacity: hold all of MaxClients, tinyproxy logs it once, the exporter counts it.
         holder = subprocess.Popen(["ip", "netns", "exec", n.netns, "python3", "-c", HOLD, str(MAX_CLIENTS - 2)],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # fmt: skip
-        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        assert holder.stdout is not None
+        assert holder.stdout.readline() == b"held\n"
         _wait("the held connections to be open", lambda: n.metrics()["tinyproxy_connections_open"] == MAX_CLIENTS - 2)
         assert holder.stdin is not None
         holder.stdin.close()
         holder.wait(timeout=10)
         full = subprocess.Popen(["ip", "netns", "exec", n.netns, "python3", "-c", HOLD, str(MAX_CLIENTS + 2)],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # fmt: skip
-        assert full.stdout is not None and full.stdout.readline() == b"held\n"
+        assert full.stdout is not None
+        assert full.stdout.readline() == b"held\n"
         _wait("tinyproxy to log its capacity", lambda: "Maximum number of connections reached" in n.stdout.read_text())
         assert full.stdin is not None
         full.stdin.close()
@@ -268,9 +271,11 @@ def test_every_kind_of_request_is_counted_exactly_and_nothing_secret_is_served(i
         # first close): what is counted is what the log says, line for line.
         _wait(
             "the capacity to be counted",
-            lambda: n.metrics()["tinyproxy_capacity_reached_total"]
-            == n.stdout.read_text().count("Maximum number of connections reached")
-            >= 1,
+            lambda: (
+                n.metrics()["tinyproxy_capacity_reached_total"]
+                == n.stdout.read_text().count("Maximum number of connections reached")
+                >= 1
+            ),
         )
 
         # A reload (SIGUSR1, as the DaemonSet's config watcher will send) with a new generation file.
