@@ -309,8 +309,6 @@ class ClusterProxy(component.ClusterProxy):
         self.helm_values = pulumi.Output.all(**state["helm_values"])
         spec = state["kubeadm_config_spec"]
         self.kubeadm_config_spec = spec if spec is not None else pulumi.Output.from_input(None)
-        metrics = state["metrics"]
-        self.metrics = metrics if metrics is not None else pulumi.Output.from_input(None)
         _CONSTRUCTED.append(self)
 
 
