@@ -303,3 +303,28 @@ def test_tinyproxy_keeps_serving_when_the_exporter_dies(image_root: Built) -> No
         assert n.stdout.read_text().count("Unauthorized connection") == 3
         assert n.metrics()['tinyproxy_refusals_total{cause="allow"}'] == 3
         assert re.search(r"^tinyproxy_up 1$", n.scrape(), re.MULTILINE)
+
+
+def test_the_metrics_port_is_not_reachable_through_the_proxy_and_the_firewall_spares_the_exporter(
+    image_root: Built,
+) -> None:
+    """With the rendered nftables table loaded by the init container's command, as the DaemonSet does: tinyproxy's
+    UID is refused the node's own addresses, the metrics port among them, by any name the Filter lets pass; the
+    exporter (its own UID) still reads the stats page on loopback."""
+    from proxy_component.render.proxy import firewall_command
+    from tests.image.test_build import IMAGE_PATH, in_image
+
+    (image_root.root / "etc/resolv.conf").write_text("nameserver 127.0.0.53\n")
+    with node(image_root) as n:
+        load = subprocess.run(
+            ["ip", "netns", "exec", n.netns, *in_image(image_root, firewall_command(n.settings), user="0:0")],
+            env={"R": str(n.root), "PATH": IMAGE_PATH}, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert load.returncode == 0, load.stderr
+        # 10.99.5.1 is an address of this "node" (on its loopback) that no Filter pattern names.
+        answer = _request(n, f"GET http://{ORIGIN}:9888/metrics HTTP/1.1\r\nHost: {ORIGIN}:9888")
+        assert answer.split(" ", 1)[1][:3] == "500", answer
+        assert _request(n, "GET http://127.0.0.1:9888/metrics HTTP/1.1\r\nHost: 127.0.0.1").split(" ")[1] == "403"
+        metrics = n.metrics()
+        assert metrics["tinyproxy_up"] == 1
+        assert metrics['tinyproxy_refusals_total{cause="filter"}'] == 1
