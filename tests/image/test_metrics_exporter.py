@@ -328,3 +328,12 @@ def test_the_metrics_port_is_not_reachable_through_the_proxy_and_the_firewall_sp
         metrics = n.metrics()
         assert metrics["tinyproxy_up"] == 1
         assert metrics['tinyproxy_refusals_total{cause="filter"}'] == 1
+
+
+def test_the_exporters_own_go_tests() -> None:
+    """Its parsing, resuming and hole punching, by `go test` with the pinned toolchain (no other is fetched)."""
+    exporter = Path(__file__).resolve().parents[2] / "images/proxy/exporter"
+    env = {**os.environ, "GOTOOLCHAIN": "local", "CGO_ENABLED": "0", "GOFLAGS": ""}
+    done = subprocess.run(["go", "test", "-count=1", "./..."], cwd=exporter, env=env, capture_output=True, text=True,
+                          timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
