@@ -23,6 +23,7 @@ from .render.admission import admission_objects
 from .render.helm import PROFILES, RENAMED, UnknownProfileError, profile_values, values_yaml
 from .render.kustomize import kustomization
 from .render.kyverno import kyverno_objects
+from .render.metrics import metrics_objects
 from .render.plan import owned
 from .render.trust import unreached
 from .settings import (
@@ -44,6 +45,7 @@ FORMATS = (
     "capi-patches",
     "kustomize-patch",
     "kyverno",
+    "metrics",
     "admission",
     "check-rbac",
     "rollout-rbac",
@@ -164,6 +166,8 @@ def _objects(settings: Settings, args: argparse.Namespace) -> list[dict[str, Any
         from .live.access import rollout_rbac_objects
 
         return rollout_rbac_objects(settings, capi=args.capi)
+    if fmt == "metrics":
+        return [owned(o) for o in metrics_objects(settings)]
     if fmt == "kustomize-patch":
         values = plain_values(settings).select(_selection(settings, args))
         return [kustomization(settings, values, kind=args.target_kind, name=args.target_name, container=args.container)]
@@ -645,7 +649,8 @@ def _parser() -> argparse.ArgumentParser:
         help="manifests (default: the workload cluster's objects), helm-values PROFILE, capi (the management "
         "cluster's Secrets, ready to apply), capi-patches (the kubeadm fragments as merge patches for your own "
         "KubeadmControlPlane and KubeadmConfigTemplate, never to apply), kustomize-patch, kyverno, admission (the "
-        "MutatingAdmissionPolicy and its binding, ready to kubectl apply), check-rbac (the "
+        "MutatingAdmissionPolicy and its binding, ready to kubectl apply), metrics (the PodMonitor, the PrometheusRule "
+        "with the alerts and the Grafana dashboard's ConfigMap, whatever deployment.metrics creates), check-rbac (the "
         "ServiceAccount and the least roles `check` runs under), rollout-rbac (those of `rollout`)",
     )
     render.add_argument("--target-kind", default="Deployment", help="kustomize-patch: the workload kind")

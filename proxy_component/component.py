@@ -26,6 +26,7 @@ from .render.env import ProxyValues, env_vars, pod_env, workload_kind, workload_
 from .render.helm import PROFILES, UnknownProfileError, helm_values, profile_no_proxy
 from .render.helm import merge_values as _merge_plain
 from .render.kustomize import kustomization
+from .render.metrics import grafana_dashboard, pod_monitor, prometheus_rule
 from .render.proxy import (
     config_generation,
     firewall_rules,
@@ -183,6 +184,7 @@ class ClusterProxy(pulumi.ComponentResource):
         }
         self._profile_values = profile_values
         self.kubeadm_config_spec: pulumi.Output[dict[str, Any]] | None = self._capi(settings, no_proxy)
+        self.metrics: pulumi.Output[dict[str, Any]] | None = self._metrics(settings)
         self.register_outputs(
             {
                 "no_proxy": self.no_proxy,
@@ -196,6 +198,25 @@ class ClusterProxy(pulumi.ComponentResource):
                 "trust": self.trust,
                 "helm_values": self.helm_values,
                 "kubeadm_config_spec": self.kubeadm_config_spec,
+                "metrics": self.metrics,
+            }
+        )
+
+    @staticmethod
+    def _metrics(settings: Settings) -> pulumi.Output[dict[str, Any]] | None:
+        """With deployment.metrics.enabled: the exporter's port and path, and the PodMonitor, the PrometheusRule and
+        the Grafana dashboard (its JSON), for a cluster whose monitoring is managed elsewhere; as
+        `render --format metrics` prints them. Nothing in them derives from a credential."""
+        m = settings.deployment.metrics
+        if not (settings.deployment.enabled and m.enabled):
+            return None
+        return pulumi.Output.from_input(
+            {
+                "port": m.port,
+                "path": "/metrics",
+                "pod_monitor": pod_monitor(settings),
+                "prometheus_rule": prometheus_rule(settings),
+                "grafana_dashboard": grafana_dashboard(settings),
             }
         )
 

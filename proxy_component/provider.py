@@ -242,6 +242,25 @@ class ContainerEnvResult:
     """The Pod's volumes: the trust bundle, with proxy-trust in the namespace (else none)."""
 
 
+class Metrics:
+    """The node proxies' metrics (deployment.metrics.enabled): where each node serves them, and what watches them."""
+
+    port: pulumi.Output[int]
+    """The exporter's port on every node (deployment.metrics.port)."""
+
+    path: pulumi.Output[str]
+    """The path of the metrics (/metrics)."""
+
+    pod_monitor: pulumi.Output[dict[str, Any]]
+    """prometheus-operator's PodMonitor for the exporters."""
+
+    prometheus_rule: pulumi.Output[dict[str, Any]]
+    """prometheus-operator's PrometheusRule: the alerts, each with a runbook line."""
+
+    grafana_dashboard: pulumi.Output[str]
+    """The Grafana dashboard's JSON."""
+
+
 class ClusterProxy(component.ClusterProxy):
     """The egress proxy (a tinyproxy DaemonSet and the Service http-proxy) and the proxy settings for every consumer."""
 
@@ -277,6 +296,9 @@ class ClusterProxy(component.ClusterProxy):
 
     trust: pulumi.Output[Optional[TrustGroup]]  # type: ignore[assignment]
     """With proxy.upstream.trustedCa: the trust group's variables, volume and mount, ready for a pod spec."""
+
+    metrics: pulumi.Output[Optional[Metrics]]  # type: ignore[assignment]
+    """With deployment.metrics.enabled: the exporter's port and path, the PodMonitor, the PrometheusRule (the alerts) and the Grafana dashboard, as render --format metrics prints them."""
 
     def __init__(self, name: str, args: ClusterProxyArgs, opts: Optional[pulumi.ResourceOptions] = None) -> None:
         # `construct` has merged the installation layer into `settings` already (`resolved_settings`).

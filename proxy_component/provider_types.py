@@ -19,6 +19,7 @@ __all__ = [
     "FirewallSettings",
     "HelmValuesSecret",
     "InjectionSettings",
+    "MetricsSettings",
     "NodeAffinity",
     "NodeSelector",
     "NodeSelectorRequirement",
@@ -110,6 +111,34 @@ class Resources(TypedDict):
     requests: NotRequired[pulumi.Input[Mapping[str, pulumi.Input[str]]]]
 
     limits: NotRequired[pulumi.Input[Mapping[str, pulumi.Input[str]]]]
+
+
+class MetricsSettings(TypedDict):
+    """Per-node proxy metrics: an exporter beside tinyproxy (same image, same UID, no capability) that serves"""
+
+    enabled: NotRequired[pulumi.Input[bool]]
+    """Run the exporter beside tinyproxy; tinyproxy then logs to a file the exporter reads, and `kubectl logs -c metrics` shows its log without the probes' lines."""
+
+    port: NotRequired[pulumi.Input[int]]
+    """The exporter's port on every node (hostNetwork): /metrics. Not the proxy's port."""
+
+    run_as_user: NotRequired[pulumi.Input[int]]
+    """The exporter's UID, not tinyproxy's (the firewall refuses that UID's connections to the node, the stats page's among them); its group is tinyproxy's, which lets it read the log."""
+
+    scrape_annotations: NotRequired[pulumi.Input[bool]]
+    """Annotate the proxy's pods with prometheus.io/scrape, port and path, for a Prometheus that discovers pods by those annotations."""
+
+    pod_monitor: NotRequired[pulumi.Input[bool]]
+    """Create a PodMonitor (prometheus-operator's CRD must exist in the cluster)."""
+
+    prometheus_rule: NotRequired[pulumi.Input[bool]]
+    """Create a PrometheusRule with the proxy's alerts (prometheus-operator's CRD must exist)."""
+
+    grafana_dashboard: NotRequired[pulumi.Input[bool]]
+    """Create a ConfigMap holding a Grafana dashboard, labelled grafana_dashboard: '1' for Grafana's dashboard sidecar."""
+
+    labels: NotRequired[pulumi.Input[Mapping[str, pulumi.Input[str]]]]
+    """Labels added to the PodMonitor and PrometheusRule, e.g. the `release` a Prometheus selects."""
 
 
 class FirewallSettings(TypedDict):
@@ -247,6 +276,8 @@ class DeploymentSettings(TypedDict):
     """tinyproxy's UID (and GID): one no other process on the node uses, since the firewall matches it."""
 
     firewall: NotRequired[pulumi.Input[FirewallSettings]]
+
+    metrics: NotRequired[pulumi.Input[MetricsSettings]]
 
     control_plane: NotRequired[pulumi.Input[bool]]
     """Also run on control-plane nodes (node-role.kubernetes.io/control-plane)."""

@@ -1038,6 +1038,62 @@ class Affinity(_Model):
         return data
 
 
+DEFAULT_METRICS_PORT = 9888
+
+
+class MetricsSettings(_Model):
+    """Per-node proxy metrics: an exporter beside tinyproxy (same image, same UID, no capability) that serves
+    Prometheus' text format on a port of its own, and the objects that watch it.
+
+    The exporter reads tinyproxy's stats page over loopback and its log (a file in a volume both containers mount;
+    tinyproxy never waits for the exporter), and passes on to its own stdout the log lines an operator needs: every
+    one but the probes'. Nothing it serves derives from a credential.
+    """
+
+    enabled: bool = Field(
+        default=False,
+        description="Run the exporter beside tinyproxy; tinyproxy then logs to a file the exporter reads, and "
+        "`kubectl logs -c metrics` shows its log without the probes' lines.",
+    )
+    port: ListenPort = Field(
+        default=DEFAULT_METRICS_PORT,
+        description="The exporter's port on every node (hostNetwork): /metrics. Not the proxy's port.",
+    )
+    run_as_user: int = Field(
+        default=OWN_USER_ID + 1,
+        ge=1000,
+        le=2**31 - 1,
+        description="The exporter's UID, not tinyproxy's (the firewall refuses that UID's connections to the node, the "
+        "stats page's among them); its group is tinyproxy's, which lets it read the log.",
+    )
+    scrape_annotations: bool = Field(
+        default=False,
+        description="Annotate the proxy's pods with prometheus.io/scrape, port and path, for a Prometheus that "
+        "discovers pods by those annotations.",
+    )
+    pod_monitor: bool = Field(
+        default=False, description="Create a PodMonitor (prometheus-operator's CRD must exist in the cluster)."
+    )
+    prometheus_rule: bool = Field(
+        default=False,
+        description="Create a PrometheusRule with the proxy's alerts (prometheus-operator's CRD must exist).",
+    )
+    grafana_dashboard: bool = Field(
+        default=False,
+        description="Create a ConfigMap holding a Grafana dashboard, labelled grafana_dashboard: '1' for Grafana's "
+        "dashboard sidecar.",
+    )
+    labels: dict[LabelKey, LabelValue] = Field(
+        default_factory=dict,
+        description="Labels added to the PodMonitor and PrometheusRule, e.g. the `release` a Prometheus selects.",
+    )
+
+    @field_validator("labels")
+    @classmethod
+    def _sorted_labels(cls, value: dict[str, str]) -> dict[str, str]:
+        return dict(sorted(value.items()))
+
+
 class DeploymentSettings(_Model):
     """The in-cluster tinyproxy: where it runs, which image, and who may use it for what."""
 
@@ -1054,6 +1110,7 @@ class DeploymentSettings(_Model):
         description="tinyproxy's UID (and GID): one no other process on the node uses, since the firewall matches it.",
     )
     firewall: FirewallSettings = Field(default_factory=FirewallSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     control_plane: bool = Field(
         default=False, description="Also run on control-plane nodes (node-role.kubernetes.io/control-plane)."
     )
@@ -1174,6 +1231,21 @@ class DeploymentSettings(_Model):
         if not value.startswith("/") or any(ch.isspace() or ch == '"' for ch in value):
             raise ValueError(f"{value!r} is not an absolute path without spaces (expected e.g. /etc/tinyproxy)")
         return value.rstrip("/") or "/"
+
+    @model_validator(mode="after")
+    def _metrics_port(self) -> DeploymentSettings:
+        if self.metrics.enabled and self.metrics.port == self.port:
+            raise ValueError(
+                f"deployment.metrics.port: {self.metrics.port} is the proxy's own port (deployment.port); the exporter needs a "
+                f"port of its own (expected another, e.g. {DEFAULT_METRICS_PORT if self.port != DEFAULT_METRICS_PORT else DEFAULT_METRICS_PORT + 1})"
+            )
+        if self.metrics.enabled and self.metrics.run_as_user == self.run_as_user:
+            raise ValueError(
+                f"deployment.metrics.runAsUser: {self.metrics.run_as_user} is tinyproxy's own UID "
+                "(deployment.runAsUser), whose connections to the node's addresses the firewall refuses, the stats "
+                f"page's on loopback among them (expected another UID, e.g. {self.run_as_user + 1})"
+            )
+        return self
 
     @field_validator("connect_ports")
     @classmethod

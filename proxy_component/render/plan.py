@@ -36,6 +36,7 @@ from .helm import (
     values_yaml,
 )
 from .kyverno import CLONE_CONFIG_NAME, CLONE_TRUST_NAME, cluster_policy, generating_policies, mutating_policy
+from .metrics import grafana_dashboard_object, pod_monitor, prometheus_rule
 from .proxy import config_object, daemonset, service
 from .trust import trust_bundle_object, trust_manager_bundle, trust_namespaces
 
@@ -191,6 +192,13 @@ def plan(settings: Settings, inputs: PlanInputs) -> list[Planned]:
                 ignore_changes=_unmanaged_service_fields(service_obj),
             ),
         ]
+        m = settings.deployment.metrics
+        if m.enabled and m.pod_monitor:
+            planned.append(Planned("pod-monitor", "-pod-monitor", pod_monitor(settings)))
+        if m.enabled and m.prometheus_rule:
+            planned.append(Planned("prometheus-rule", "-prometheus-rule", prometheus_rule(settings)))
+        if m.enabled and m.grafana_dashboard:
+            planned.append(Planned("grafana-dashboard", "-grafana-dashboard", grafana_dashboard_object(settings)))
     for namespace in settings.proxy_config_namespaces:
         obj = proxy_config_object(settings, namespace, inputs.values)
         planned.append(Planned(f"proxy-config/{namespace}", f"-proxy-config-{namespace}", obj))

@@ -14,6 +14,15 @@ from typing import Any
 
 from ..noproxy import Kind, parse_entry
 from ..settings import OS_LABEL, STAT_HOST, NetworkValues, Settings, traffic_distribution
+from .metrics import (
+    GENERATION_KEY,
+    LOG_DIR,
+    LOG_FILE,
+    LOG_VOLUME,
+    log_file_container,
+    metrics_container,
+    scrape_annotations,
+)
 
 __all__ = [
     "APP_LABEL",
@@ -52,7 +61,6 @@ APP_LABEL = "app"
 RESTART_ANNOTATION = "proxy-component/restart-inputs"
 # On the config object, and its key `generation`: the digest of what tinyproxy reloads, without the credentials.
 GENERATION_ANNOTATION = "proxy-component/config-generation"
-GENERATION_KEY = "generation"
 RELOAD_LOG_PREFIX = "proxy-component: "  # the lines the tinyproxy container's watcher writes (proxy_command)
 STATUS_PERIOD = 600  # seconds (polls) between the watcher's lines that repeat what it runs, for `check` to read
 CONFIG_KEY = "tinyproxy.conf"
@@ -109,6 +117,12 @@ def tinyproxy_conf(settings: Settings, allow: Sequence[str], credentials: bool =
         "# The kubelet's probes ask for this host: tinyproxy answers with its stats page and connects nowhere.",
         f"StatHost {_quote(STAT_HOST)}",
     ]
+    if d.metrics.enabled:
+        lines += [
+            "",
+            "# The exporter (the metrics container) reads this file and passes it on without the probes' lines.",
+            f"LogFile {_quote(LOG_FILE)}",
+        ]
     if d.deny_destinations:
         lines += [
             "",
@@ -501,8 +515,17 @@ def daemonset(settings: Settings, restart: Any) -> Obj:
             "seccompProfile": {"type": "RuntimeDefault"},
         },
     }
-    if d.firewall.enabled:
-        pod_spec["initContainers"] = [_firewall_container(settings)]
+    init = [_firewall_container(settings)] if d.firewall.enabled else []
+    tinyproxy_mounts: list[Obj] = [{"name": "config", "mountPath": d.config_dir, "readOnly": True}]
+    sidecars: list[Obj] = []
+    volumes: list[Obj] = [{"name": "config", **volume_source}]
+    if d.metrics.enabled:
+        init.append(log_file_container(settings))
+        tinyproxy_mounts.append({"name": LOG_VOLUME, "mountPath": LOG_DIR})
+        sidecars.append(metrics_container(settings))
+        volumes.append({"name": LOG_VOLUME, "emptyDir": {}})
+    if init:
+        pod_spec["initContainers"] = init
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
@@ -511,7 +534,10 @@ def daemonset(settings: Settings, restart: Any) -> Obj:
             "selector": {"matchLabels": selector},
             "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
             "template": {
-                "metadata": {"labels": labels(settings), "annotations": {RESTART_ANNOTATION: restart}},
+                "metadata": {
+                    "labels": labels(settings),
+                    "annotations": {RESTART_ANNOTATION: restart, **scrape_annotations(settings)},
+                },
                 "spec": {
                     **pod_spec,
                     "containers": [
@@ -530,10 +556,11 @@ def daemonset(settings: Settings, restart: Any) -> Obj:
                                 "limits": d.limits,
                             },
                             "securityContext": restricted_security_context(),
-                            "volumeMounts": [{"name": "config", "mountPath": d.config_dir, "readOnly": True}],
-                        }
+                            "volumeMounts": tinyproxy_mounts,
+                        },
+                        *sidecars,
                     ],
-                    "volumes": [{"name": "config", **volume_source}],
+                    "volumes": volumes,
                 },
             },
         },

@@ -230,3 +230,34 @@ def test_with_credentials_the_kustomization_holds_only_secret_refs(mocked: Harne
     kz = mocked.value(proxy.kustomization(kind="Deployment", name="web"))
     assert PASSWORD not in kz["patches"][0]["patch"]
     assert "secretKeyRef" in kz["patches"][0]["patch"]
+
+
+def test_metrics_output_and_objects_match_the_render_and_hold_no_credential(mocked: Harness) -> None:
+    from proxy_component.render import manifests
+    from proxy_component.render.metrics import grafana_dashboard, prometheus_rule
+
+    metrics = {"enabled": True, "podMonitor": True, "prometheusRule": True, "grafanaDashboard": True}
+    settings = {**PLAIN, "proxy": {"upstream": {"url": "http://proxy.corp:3128", "username": "svc",
+                                               "password": PASSWORD}}, "deployment": {"metrics": metrics}}  # fmt: skip
+    proxy = ClusterProxy("egress", ClusterProxyArgs(settings=settings))
+    assert proxy.metrics is not None
+    output = mocked.value(proxy.metrics)
+    parsed = parse_settings(settings)
+    assert output["port"] == 9888
+    assert output["path"] == "/metrics"
+    assert output["prometheus_rule"] == prometheus_rule(parsed)
+    assert output["grafana_dashboard"] == grafana_dashboard(parsed)
+    assert PASSWORD not in str(output)
+    registered = {r.typ: r for r in mocked.settle()}
+    assert "kubernetes:monitoring.coreos.com/v1:PodMonitor" in registered
+    rule = registered["kubernetes:monitoring.coreos.com/v1:PrometheusRule"].inputs
+    rendered = next(o for o in manifests(parsed) if o["kind"] == "PrometheusRule")
+    assert rule["spec"] == rendered["spec"]
+    # The generation in the config Secret comes from the config as an Output; the same as the render's.
+    config = next(r for r in mocked.settle() if r.typ == SECRET and r.name == "egress-tinyproxy-config").inputs
+    rendered_config = next(o for o in manifests(parsed) if o["metadata"]["name"] == "http-proxy-config")
+    assert config["stringData"]["generation"] == rendered_config["stringData"]["generation"]
+
+
+def test_no_metrics_output_without_metrics(mocked: Harness) -> None:
+    assert ClusterProxy("egress", ClusterProxyArgs(settings=PLAIN)).metrics is None

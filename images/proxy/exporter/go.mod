@@ -1,0 +1,5 @@
+module proxy-component.local/exporter
+
+go 1.26
+
+toolchain go1.26.8

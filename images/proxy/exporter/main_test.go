@@ -1,0 +1,105 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const prefix = "NOTICE    Nov 27 04:27:12.039 [13623]: "
+
+func newTest(t *testing.T) (*exporter, *bytes.Buffer, string) {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "tinyproxy.log")
+	if err := os.WriteFile(path, nil, 0o660); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	return &exporter{logPath: path, out: &out, c: newCounters()}, &out, path
+}
+
+func appendLog(t *testing.T, path string, lines ...string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, l := range lines {
+		if _, err := f.WriteString(l + "\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Each cause is counted from its line, the first load after a start is no reload, probe lines are not passed on,
+// and a URL's user and password never are.
+func TestCountsAndPassesOn(t *testing.T) {
+	e, out, path := newTest(t)
+	appendLog(t, path,
+		prefix+"Initializing tinyproxy ...",
+		prefix+"Reloading config file finished",
+		prefix+"Request for the stathost.",
+		prefix+`Unauthorized connection from "10.1.2.3".`,
+		prefix+`Proxying refused on filtered domain "169.254.169.254"`,
+		"WARNING   Nov 27 04:27:12.039 [13623]: Could not connect to upstream proxy.",
+		"WARNING   Nov 27 04:27:12.039 [13623]: Maximum number of connections reached. Refusing new connections.",
+		prefix+"Reloading config file finished",
+		"WARNING   Nov 27 04:27:12.039 [13623]: Reloading config file failed!",
+		"ERROR     Nov 27 04:27:12.039 [13623]: upstream http://svc:pw@proxy.corp:3128 said no",
+	)
+	e.drain()
+	c := e.c
+	if c.starts != 1 || c.reloads["success"] != 1 || c.reloads["failure"] != 1 || c.stathost != 1 ||
+		c.refusals["allow"] != 1 || c.refusals["filter"] != 1 || c.upstream != 1 || c.capacity != 1 {
+		t.Fatalf("counts: %+v", c)
+	}
+	text := out.String()
+	if strings.Contains(text, "stathost") || strings.Contains(text, "svc:pw") || !strings.Contains(text, "http://<redacted>@proxy.corp") {
+		t.Fatalf("passed on:\n%s", text)
+	}
+	if strings.Count(text, "\n") != 9 {
+		t.Fatalf("want 9 lines passed on, got:\n%s", text)
+	}
+}
+
+// A restarted exporter goes on at the saved offset: nothing read twice, nothing lost; a partial line waits.
+func TestResumesWhereItStopped(t *testing.T) {
+	e, out, path := newTest(t)
+	appendLog(t, path, prefix+`Unauthorized connection from "10.0.0.1".`)
+	e.drain()
+	f, _ := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	f.WriteString(prefix + `Unauthorized connection from "10.0.0.2".` + "\n" + prefix + "Unauthorized conn")
+	f.Close()
+	e.drain()
+	e.file.Close()
+	next := &exporter{logPath: path, out: out, c: newCounters()}
+	appendLog(t, path, `ection from "10.0.0.3".`)
+	next.drain()
+	if e.c.refusals["allow"] != 2 || next.c.refusals["allow"] != 1 {
+		t.Fatalf("first %d, second %d", e.c.refusals["allow"], next.c.refusals["allow"])
+	}
+	if strings.Count(out.String(), "Unauthorized connection") != 3 {
+		t.Fatalf("passed on:\n%s", out.String())
+	}
+}
+
+// Read blocks are punched away: the file keeps its size and loses its blocks.
+func TestFreesWhatItRead(t *testing.T) {
+	e, _, path := newTest(t)
+	line := prefix + "Request for the stathost."
+	for i := 0; i < 2000; i++ {
+		appendLog(t, path, line)
+	}
+	e.drain()
+	var st = mustStat(t, path)
+	if st.size < 100000 || st.blocks*512 >= st.size/2 {
+		t.Fatalf("size %d, allocated %d", st.size, st.blocks*512)
+	}
+	if e.c.stathost != 2000 {
+		t.Fatalf("stathost %d", e.c.stathost)
+	}
+}
