@@ -527,7 +527,8 @@ class Loaded:
         match = _KUBELET_DIR.match(self.files)
         if match is None:
             return None
-        return datetime(*(int(part) for part in match.groups()), tzinfo=timezone.utc)  # type: ignore[misc]
+        year, month, day, hour, minute, second = (int(part) for part in match.groups()[:6])
+        return datetime(year, month, day, hour, minute, second, tzinfo=timezone.utc)
 
 
 def loaded_config(log: str) -> Loaded | None:

@@ -286,7 +286,7 @@ def test_only_what_tinyproxy_cannot_reload_rolls_the_daemonset(mocked: Harness) 
     ClusterProxy(
         "b", ClusterProxyArgs(settings={**IPV6_ONLY, "namespaces": ["other"], "proxy": {"upstream": upstream}})
     )
-    changed = {
+    changed: dict[str, dict[str, Any]] = {
         "c": {"deployment": {"connectPorts": [443, 8443]}},
         "d": {"proxy": {"upstream": {**upstream, "noUpstream": ["corp.example"]}}},
         "e": {"proxy": {"upstream": {"url": "http://svc:second@proxy.corp.example:3128"}}},
