@@ -79,7 +79,10 @@ def test_the_rendered_roles_grant_exactly_what_check_may_request(case: str) -> N
                 "kube-system",
             )
         ), "nothing else cluster-wide"
-        assert (verb == "get") == (name is not None), "every get names its object, no list does"
+        # The one unnamed get: the proxy pods' logs (their names are the DaemonSet's, not known in advance), in the
+        # proxy's own namespace only, for which config each node's proxy runs (issue 35).
+        unnamed_log = (namespace, resource) == ("kube-system", "pods/log")
+        assert (verb == "get") == (name is not None or unnamed_log), "every get names its object, no list does"
         assert not (resource in ("secrets", "configmaps") and verb == "list")
 
 
@@ -109,6 +112,9 @@ def test_with_credentials_and_kyverno_secrets_are_read_by_name_and_pods_listed()
         ("Role", "kube-system"): [
             {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["get"], "resourceNames": ["http-proxy"]},
             {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+            # Which config each node's proxy runs: the config object by name, the proxy pods' logs.
+            {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"], "resourceNames": ["http-proxy-config"]},
+            {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
             secret,
         ],
         ("Role", "team-a"): [secret, {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}, *owners],
