@@ -52,13 +52,10 @@ def scrape_annotations(settings: Settings) -> dict[str, str]:
 
 
 def _restricted() -> Obj:
-    return {
-        "allowPrivilegeEscalation": False,
-        "readOnlyRootFilesystem": True,
-        "runAsNonRoot": True,
-        "privileged": False,
-        "capabilities": {"drop": ["ALL"]},
-    }
+    """`proxy.restricted_security_context` (imported here: render/proxy.py imports this module)."""
+    from .proxy import restricted_security_context
+
+    return restricted_security_context()
 
 
 def log_file_container(settings: Settings) -> Obj:
