@@ -79,7 +79,9 @@ def test_the_rendered_roles_grant_exactly_what_check_may_request(case: str) -> N
                 "kube-system",
             )
         ), "nothing else cluster-wide"
-        assert (verb == "get") == (name is not None), "every get names its object, no list does"
+        # Every get names its object, no list does; but for the proxy pods' logs (which config each node's proxy runs,
+        # since issue 35): a DaemonSet's pods have generated names, which RBAC cannot name ahead.
+        assert (verb == "get") == (name is not None) or (resource, verb) == ("pods/log", "get"), (resource, verb)
         assert not (resource in ("secrets", "configmaps") and verb == "list")
 
 
@@ -104,11 +106,14 @@ def test_with_credentials_and_kyverno_secrets_are_read_by_name_and_pods_listed()
             {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
             *owners,
         ],
-        # The proxy's namespace: its DaemonSet and pods, and the proxy-config Kyverno clones (no workloads:
-        # kube-system is excluded from injection).
+        # The proxy's namespace: its DaemonSet and pods, its config object and its pods' logs (which config each
+        # node's proxy runs), and the proxy-config Kyverno clones (no workloads: kube-system is excluded from
+        # injection).
         ("Role", "kube-system"): [
             {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["get"], "resourceNames": ["http-proxy"]},
             {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+            {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"], "resourceNames": ["http-proxy-config"]},
+            {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
             secret,
         ],
         ("Role", "team-a"): [secret, {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}, *owners],
