@@ -107,8 +107,9 @@ def test_with_credentials_and_kyverno_secrets_are_read_by_name_and_pods_listed()
             {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
             *owners,
         ],
-        # The proxy's namespace: its DaemonSet and pods, and the proxy-config Kyverno clones (no workloads:
-        # kube-system is excluded from injection).
+        # The proxy's namespace: its DaemonSet and pods, its config object and its pods' logs (which config each
+        # node's proxy runs), and the proxy-config Kyverno clones (no workloads: kube-system is excluded from
+        # injection).
         ("Role", "kube-system"): [
             {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["get"], "resourceNames": ["http-proxy"]},
             {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
