@@ -528,7 +528,10 @@ class Loaded:
         if match is None:
             return None
         year, month, day, hour, minute, second = (int(part) for part in match.groups()[:6])
-        return datetime(year, month, day, hour, minute, second, tzinfo=timezone.utc)
+        try:
+            return datetime(year, month, day, hour, minute, second, tzinfo=timezone.utc)
+        except ValueError:  # a directory name that is no date (not the kubelet's): no time
+            return None
 
 
 def loaded_config(log: str) -> Loaded | None:

@@ -363,3 +363,10 @@ def test_check_reads_only_the_recent_log_of_the_tinyproxy_container() -> None:
     assert api.log_calls == [
         {"name": "http-proxy-a", "namespace": "kube-system", "container": "tinyproxy", "since_seconds": 660}
     ]
+
+
+def test_a_kubelet_directory_that_is_no_date_gives_no_time() -> None:
+    from proxy_component.live.check import Loaded
+
+    assert Loaded(generation="0" * 16, files="..2026_13_45_25_61_99.123").written is None
+    assert Loaded(generation="0" * 16, files="..2026_11_27_03_00_00.1").written is not None
