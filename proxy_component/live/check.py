@@ -527,7 +527,11 @@ class Loaded:
         match = _KUBELET_DIR.match(self.files)
         if match is None:
             return None
-        return datetime(*(int(part) for part in match.groups()), tzinfo=timezone.utc)  # type: ignore[misc]
+        year, month, day, hour, minute, second = (int(part) for part in match.groups())
+        try:
+            return datetime(year, month, day, hour, minute, second, tzinfo=timezone.utc)
+        except ValueError:
+            return None
 
 
 def loaded_config(log: str) -> Loaded | None:

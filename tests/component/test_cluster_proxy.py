@@ -286,7 +286,7 @@ def test_only_what_tinyproxy_cannot_reload_rolls_the_daemonset(mocked: Harness) 
     ClusterProxy(
         "b", ClusterProxyArgs(settings={**IPV6_ONLY, "namespaces": ["other"], "proxy": {"upstream": upstream}})
     )
-    changed = {
+    changed: dict[str, dict[str, Any]] = {
         "c": {"deployment": {"connectPorts": [443, 8443]}},
         "d": {"proxy": {"upstream": {**upstream, "noUpstream": ["corp.example"]}}},
         "e": {"proxy": {"upstream": {"url": "http://svc:second@proxy.corp.example:3128"}}},
@@ -295,7 +295,8 @@ def test_only_what_tinyproxy_cannot_reload_rolls_the_daemonset(mocked: Harness) 
     for name, extra in changed.items():
         ClusterProxy(name, ClusterProxyArgs(settings={**IPV6_ONLY, "proxy": {"upstream": upstream}, **extra}))
     ClusterProxy("port", ClusterProxyArgs(settings={**IPV6_ONLY, "deployment": {"port": 3129}}))
-    wider = {**IPV6_ONLY["cluster"], "podCidrs": [*IPV6_ONLY["cluster"]["podCidrs"], "fd00:10:245::/56"]}
+    cluster: dict[str, Any] = dict(IPV6_ONLY["cluster"])
+    wider = {**cluster, "podCidrs": [*cluster["podCidrs"], "fd00:10:245::/56"]}
     ClusterProxy("ranges", ClusterProxyArgs(settings={**IPV6_ONLY, "cluster": wider}))
     resources = mocked.settle()
     templates = {r.name: r.inputs["spec"]["template"] for r in resources if r.typ == DAEMON_SET}

@@ -98,14 +98,11 @@ def _program(mocked: Harness, raw: dict[str, Any]) -> tuple[list[Any], dict[str,
         proxy = ClusterProxy("egress", ClusterProxyArgs(settings=copy.deepcopy(raw)))
         inject_proxy_env(proxy)
         container = {"name": "web", "image": "web:1"}
-        k8s.apps.v1.Deployment(
-            "web",
-            metadata={"name": "web", "namespace": "apps"},
-            spec={
-                "selector": {"matchLabels": {"app": "web"}},
-                "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [container]}},
-            },
-        )
+        spec: Any = {
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [container]}},
+        }
+        k8s.apps.v1.Deployment("web", metadata={"name": "web", "namespace": "apps"}, spec=spec)
         return proxy
 
     proxy = mocked.program(body)

@@ -653,7 +653,7 @@ def test_a_password_rotation_and_a_no_upstream_entry_reload_the_proxy_without_a_
     force is measured."""
     assert real.upstream is not None
     settings = _settings()
-    upstream = {"url": f"http://{UPSTREAM_USER}:{UPSTREAM_PASSWORD}@upstream.example:3128"}
+    upstream: dict[str, Any] = {"url": f"http://{UPSTREAM_USER}:{UPSTREAM_PASSWORD}@upstream.example:3128"}
     settings["proxy"]["upstream"] = upstream
     (example.dir / "proxy.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
     example.up()  # as the previous test left it when run in order; else this rolls once, before anything is measured

@@ -296,7 +296,7 @@ def test_the_check_guides_cluster_role_row_names_every_rule_check_rbac_renders()
 def _config_object(settings: Settings, changed: str) -> dict[str, Any]:
     """The proxy's config object as the API server returns it: its data last changed at `changed`."""
     obj = next(o for o in manifests(settings) if o["metadata"]["name"] == "http-proxy-config")
-    obj = json.loads(json.dumps(obj))
+    obj = dict(json.loads(json.dumps(obj)))
     if obj["kind"] == "Secret":
         obj["data"] = {k: base64.b64encode(v.encode()).decode() for k, v in obj.pop("stringData").items()}
     obj["metadata"]["managedFields"] = [
