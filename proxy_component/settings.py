@@ -1232,21 +1232,6 @@ class DeploymentSettings(_Model):
             raise ValueError(f"{value!r} is not an absolute path without spaces (expected e.g. /etc/tinyproxy)")
         return value.rstrip("/") or "/"
 
-    @model_validator(mode="after")
-    def _metrics_port(self) -> DeploymentSettings:
-        if self.metrics.enabled and self.metrics.port == self.port:
-            raise ValueError(
-                f"deployment.metrics.port: {self.metrics.port} is the proxy's own port (deployment.port); the exporter needs a "
-                f"port of its own (expected another, e.g. {DEFAULT_METRICS_PORT if self.port != DEFAULT_METRICS_PORT else DEFAULT_METRICS_PORT + 1})"
-            )
-        if self.metrics.enabled and self.metrics.run_as_user == self.run_as_user:
-            raise ValueError(
-                f"deployment.metrics.runAsUser: {self.metrics.run_as_user} is tinyproxy's own UID "
-                "(deployment.runAsUser), whose connections to the node's addresses the firewall refuses, the stats "
-                f"page's on loopback among them (expected another UID, e.g. {self.run_as_user + 1})"
-            )
-        return self
-
     @field_validator("connect_ports")
     @classmethod
     def _ports(cls, value: list[int]) -> list[int]:
@@ -1839,6 +1824,28 @@ def _traffic_distribution_version(settings: Settings) -> Iterator[str]:
             f"deployment.trafficDistribution: {chosen!r} is refused by the API server of cluster.kubernetesVersion "
             f"{settings.cluster.kubernetes_version!r} (expected Kubernetes 1.{first} or later for {chosen}; auto or "
             "none leave it unset on older clusters)"
+        )
+
+
+@_check("deployment.metrics", "deployment.port")
+def _metrics_port(settings: Settings) -> Iterator[str]:
+    d = settings.deployment
+    if d.metrics.enabled and d.metrics.port == d.port:
+        other = DEFAULT_METRICS_PORT if d.port != DEFAULT_METRICS_PORT else DEFAULT_METRICS_PORT + 1
+        yield (
+            f"deployment.metrics.port: {d.metrics.port} is the proxy's own port (deployment.port); the exporter needs "
+            f"a port of its own (expected another, e.g. {other})"
+        )
+
+
+@_check("deployment.metrics", "deployment.run_as_user")
+def _metrics_user(settings: Settings) -> Iterator[str]:
+    d = settings.deployment
+    if d.metrics.enabled and d.metrics.run_as_user == d.run_as_user:
+        yield (
+            f"deployment.metrics.runAsUser: {d.metrics.run_as_user} is tinyproxy's own UID (deployment.runAsUser), "
+            "whose connections to the node's addresses the firewall refuses, the stats page's on loopback among them "
+            f"(expected another UID, e.g. {d.run_as_user + 1})"
         )
 
 

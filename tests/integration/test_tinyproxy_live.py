@@ -10,7 +10,6 @@ tinyproxy is killed by a fixture finalizer.
 from __future__ import annotations
 
 import base64
-import contextlib
 import copy
 import ipaddress
 import re
@@ -19,7 +18,6 @@ import shutil
 import socket
 import socketserver
 import subprocess
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -32,6 +30,7 @@ import yaml
 
 from proxy_component.render.proxy import daemonset, tinyproxy_conf, tinyproxy_filter
 from proxy_component.settings import Settings, parse_settings
+from tests.reload_harness import serving
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "ipv6-only" / "proxy.yaml"
@@ -141,23 +140,11 @@ class _FakeUpstream(socketserver.ThreadingTCPServer):
         return port
 
 
-@contextlib.contextmanager
-def _serving(server: socketserver.BaseServer) -> Iterator[None]:
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(TIMEOUT)
-
-
 @pytest.fixture
 def origin() -> Iterator[_Origin]:
     """An HTTP origin on 127.0.0.1, on an ephemeral port."""
     server = _Origin("127.0.0.1", "v4")
-    with _serving(server):
+    with serving(server):
         yield server
 
 
@@ -165,7 +152,7 @@ def origin() -> Iterator[_Origin]:
 def origin_other_ip() -> Iterator[_Origin]:
     """An HTTP origin on another loopback address, 127.0.0.3."""
     server = _Origin("127.0.0.3", "127.0.0.3")
-    with _serving(server):
+    with serving(server):
         yield server
 
 
@@ -176,7 +163,7 @@ def origin_v6() -> Iterator[_Origin]:
         server = _Origin("::1", "v6", socket.AF_INET6)
     except OSError as exc:
         pytest.fail(f"cannot listen on [::1] ({exc}): this test needs IPv6 on the loopback interface")
-    with _serving(server):
+    with serving(server):
         yield server
 
 
@@ -184,7 +171,7 @@ def origin_v6() -> Iterator[_Origin]:
 def upstream() -> Iterator[_FakeUpstream]:
     """A fake corporate proxy on 127.0.0.1 that records what tinyproxy sends it."""
     server = _FakeUpstream()
-    with _serving(server):
+    with serving(server):
         yield server
 
 

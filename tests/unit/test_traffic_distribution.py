@@ -59,3 +59,15 @@ def test_an_unknown_value_names_what_is_accepted() -> None:
     (problem,) = caught.value.problems
     assert problem.startswith("deployment.trafficDistribution: 'PreferZone'")
     assert "PreferSameNode" in problem
+
+
+def test_its_error_and_the_metrics_ports_come_in_one_round() -> None:
+    with pytest.raises(SettingsError) as caught:
+        parse_settings({"cluster": {**BASE["cluster"], "kubernetesVersion": "1.33"},
+                        "deployment": {"trafficDistribution": "PreferSameNode",
+                                       "metrics": {"enabled": True, "port": 8888, "runAsUser": 61888}}})  # fmt: skip
+    assert [p.split(":")[0] for p in caught.value.problems] == [
+        "deployment.trafficDistribution",
+        "deployment.metrics.port",
+        "deployment.metrics.runAsUser",
+    ]
