@@ -7,7 +7,8 @@
 //	                                   "ready" once listening
 //	tool load URL SECONDS RATE         GET URL RATE times a second for SECONDS, each on a new connection, 2 s timeout
 //	                                   each; one JSON object: sent, ok, failed, the failures' offsets and errors, and
-//	                                   the longest time between two successful answers (ms)
+//	                                   the longest time between two successful answers (ms). SECONDS 0: until its
+//	                                   standard input closes (at most an hour), so a test stops it on a condition
 //	tool hold ADDR COUNT SECONDS       open COUNT idle TCP connections to ADDR (host:port), one after another, 2 s
 //	                                   timeout each; print one JSON object (held, refused, other) once all were tried,
 //	                                   then keep the held ones open for SECONDS
@@ -18,7 +19,7 @@
 //	                                   the https URL once a second for SECONDS over one kept-alive connection, the
 //	                                   CONNECT tunnel through the proxy; print "open" once each has its connection,
 //	                                   then one JSON object: per tunnel the requests, the failed ones and the
-//	                                   connections it took (1: never cut)
+//	                                   connections it took (1: never cut). SECONDS 0: until standard input closes
 package main
 
 import (
@@ -78,6 +79,21 @@ func serve(addr, name string, tlsFiles []string) {
 	os.Exit(1)
 }
 
+// stopped: with SECONDS 0, closed when standard input closes; otherwise nil (never ready: the count of requests
+// or seconds ends the run).
+func stopped(seconds int) <-chan struct{} {
+	if seconds > 0 {
+		return nil
+	}
+	done := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		close(done)
+	}()
+	time.AfterFunc(time.Hour, func() { os.Exit(3) })
+	return done
+}
+
 type failure struct {
 	OffsetMs int64  `json:"offsetMs"`
 	Error    string `json:"error"`
@@ -93,12 +109,20 @@ func load(url string, seconds, rate int) {
 	var wg sync.WaitGroup
 	var failures []failure
 	var okAt []int64
-	total := seconds * rate
+	total := 0
+	end := stopped(seconds)
 	ticker := time.NewTicker(time.Second / time.Duration(rate))
-	for i := 0; i < total; i++ {
+	for i := 0; seconds == 0 || i < seconds*rate; i++ {
 		if i > 0 {
-			<-ticker.C
+			select {
+			case <-ticker.C:
+			case <-end:
+			}
 		}
+		if isClosed(end) {
+			break
+		}
+		total++
 		wg.Add(1)
 		go func(sent time.Time) {
 			defer wg.Done()
@@ -136,6 +160,15 @@ func load(url string, seconds, rate int) {
 		"sent": total, "ok": len(okAt), "failed": len(failures), "failures": failures, "longestGapMs": gap,
 	})
 	fmt.Println(string(enc))
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 func hold(addr string, count, seconds int) {
@@ -196,6 +229,7 @@ type tunnelResult struct {
 
 func tunnels(url string, count, seconds int) {
 	results := make([]tunnelResult, count)
+	end := stopped(seconds)
 	var opened, done sync.WaitGroup
 	opened.Add(count)
 	done.Add(count)
@@ -205,7 +239,10 @@ func tunnels(url string, count, seconds int) {
 			transport := &http.Transport{Proxy: http.ProxyFromEnvironment, MaxConnsPerHost: 1, IdleConnTimeout: time.Hour}
 			client := &http.Client{Timeout: 10 * time.Second, Transport: transport}
 			first := true
-			for s := 0; s < seconds; s++ {
+			for s := 0; seconds == 0 || s < seconds; s++ {
+				if s > 0 && isClosed(end) {
+					break
+				}
 				trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
 					if !info.Reused {
 						r.Connections++
