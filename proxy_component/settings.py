@@ -1094,6 +1094,39 @@ class MetricsSettings(_Model):
         return dict(sorted(value.items()))
 
 
+class DrainSettings(_Model):
+    """How a proxy pod leaves its node (a roll, `kubectl drain`, a node's shutdown) without dropping a request.
+
+    The API server marks a deleted pod's endpoint not ready (`terminating`) at once, and every node's kube-proxy then
+    sends new connections to the ready proxies of other nodes; while the pod's own proxy is the only one serving (a
+    one-node cluster), kube-proxy keeps sending to it, since it still passes its readiness probe. On SIGTERM the
+    container keeps tinyproxy serving `endpointSeconds`, the time for that change to reach every node, then waits
+    for the connections still open (CONNECT tunnels, kept-alive clients) to close, at most `connectionSeconds`,
+    before it stops tinyproxy. The pod's grace period is their sum and 5 s more. A change of either rolls the proxy
+    (it is the pod's own spec).
+    """
+
+    endpoint_seconds: int = Field(
+        default=5,
+        ge=0,
+        le=300,
+        description="Seconds tinyproxy keeps accepting after the pod is told to stop: longer than the cluster takes "
+        "to take a terminating endpoint out of every node's kube-proxy rules (about a second on a quiet cluster).",
+    )
+    connection_seconds: int = Field(
+        default=30,
+        ge=0,
+        le=3600,
+        description="Then, at most this many seconds for the connections still open to finish (a git clone, an image "
+        "pull, a websocket through the proxy); those still open after it are cut.",
+    )
+
+    @property
+    def grace_seconds(self) -> int:
+        """The pod's terminationGracePeriodSeconds: both waits and 5 s for tinyproxy to stop."""
+        return self.endpoint_seconds + self.connection_seconds + 5
+
+
 class DeploymentSettings(_Model):
     """The in-cluster tinyproxy: where it runs, which image, and who may use it for what."""
 
@@ -1111,6 +1144,7 @@ class DeploymentSettings(_Model):
     )
     firewall: FirewallSettings = Field(default_factory=FirewallSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    drain: DrainSettings = Field(default_factory=DrainSettings)
     control_plane: bool = Field(
         default=False, description="Also run on control-plane nodes (node-role.kubernetes.io/control-plane)."
     )

@@ -366,7 +366,11 @@ def proxy_command(settings: Settings) -> list[str]:
 
     No capability, no shared process namespace: the shell and tinyproxy run as one user in one container, and the
     shell signals its own child. When tinyproxy exits, the shell exits with its status (the kubelet restarts the
-    container); SIGTERM is passed on. Shell built-ins, `sleep` and `timeout`: the image's busybox has them.
+    container). SIGTERM drains (`deployment.drain`): tinyproxy keeps serving `endpointSeconds` while the pod's
+    endpoint leaves every node's rules, then the shell counts the established connections to the proxy's port (the
+    node's /proc/net/tcp and tcp6, world-readable) once a second until none is left or `connectionSeconds` have
+    passed, and only then passes SIGTERM on; SIGINT is passed on at once. Shell built-ins, `sleep` and `timeout`:
+    the image's busybox has them.
     Every line it writes starts with `RELOAD_LOG_PREFIX` and names the config generation (`GENERATION_KEY`, never
     a credential) it started with or loaded, and the kubelet's directory of those files (`..2026_11_27_03_00_00.N`:
     when the kubelet wrote them, to the second); it repeats that every `STATUS_PERIOD` seconds, so that `check`
@@ -384,9 +388,31 @@ def proxy_command(settings: Settings) -> list[str]:
             'snapshot() { (cd -P "$dir/..data" 2>/dev/null && pwd -P) || echo none; }',
             f'generation() {{ g=unknown; read -r g 2>/dev/null < "$1/{GENERATION_KEY}"; echo "$g"; }}',
             'port() { while read -r k v rest; do [ "$k" = Port ] && { echo "$v"; return; }; done < "$1"; echo; }',
+            "# The established connections to the proxy's port, on the node's network (hostNetwork).",
+            "open_connections() {",
+            "  n=0",
+            "  for f in /proc/net/tcp /proc/net/tcp6; do",
+            '    [ -r "$f" ] || continue',
+            '    while read -r _ local _ st _; do [ "$st" = 01 ] && [ "${local##*:}" = '
+            f'{d.port:04X} ] && n=$((n + 1)); done < "$f"',
+            "  done",
+            '  echo "$n"',
+            "}",
+            "drain() {",
+            f'  say "stopping: serving new connections {d.drain.endpoint_seconds}s more (while this pod leaves every '
+            f"node's rules), then open connections up to {d.drain.connection_seconds}s\"",
+            f"  sleep {d.drain.endpoint_seconds}",
+            "  t=0; n=$(open_connections)",
+            f'  say "waiting for $n open connection(s) to close, at most {d.drain.connection_seconds}s"',
+            f'  while [ "$n" -gt 0 ] && [ "$t" -lt {d.drain.connection_seconds} ]; do sleep 1; t=$((t + 1)); '
+            "n=$(open_connections); done",
+            '  say "stopping tinyproxy after ${t}s of draining: $n connection(s) still open"',
+            "  kill -TERM $pid 2>/dev/null",
+            "}",
             'tinyproxy -d -c "$conf" &',
             "pid=$!",
-            "trap 'kill -TERM $pid 2>/dev/null' TERM INT",
+            "trap drain TERM",
+            "trap 'kill -TERM $pid 2>/dev/null' INT",
             'loaded=$(snapshot); running=$(port "$conf"); current=$(generation "$dir"); files=${loaded##*/}; i=0',
             'say "started tinyproxy (pid $pid) with config generation $current (files $files)"',
             'while kill -0 "$pid" 2>/dev/null; do',
@@ -506,7 +532,7 @@ def daemonset(settings: Settings, restart: Any) -> Obj:
         **image_pull_secrets(settings),
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
-        "terminationGracePeriodSeconds": 10,
+        "terminationGracePeriodSeconds": d.drain.grace_seconds,
         "securityContext": {
             "runAsNonRoot": True,
             "runAsUser": uid,

@@ -68,6 +68,7 @@ def _settings(tmp: Path, echo: LineEchoServer, upstream: UpstreamServer | None, 
         "connectPorts": [443, echo.port],
         "denyDestinations": extra.pop("deny", [r"^169\.254\."]),
         "firewall": {"enabled": False, "allowClusterDestinations": True},
+        **({"drain": extra.pop("drain")} if "drain" in extra else {}),
     }
     proxy: dict[str, Any] = {}
     if upstream is not None:
@@ -192,7 +193,7 @@ def test_a_config_that_does_not_parse_and_a_new_port_are_not_loaded(
         assert running.count("reloaded tinyproxy") == 0
 
 
-def test_tinyproxy_exiting_ends_the_container_and_sigterm_reaches_tinyproxy(
+def test_tinyproxy_exiting_ends_the_container_and_sigint_reaches_tinyproxy_at_once(
     shell: list[str], tmp_path: Path, echo: LineEchoServer
 ) -> None:
     settings = _settings(tmp_path, echo, None)
@@ -203,7 +204,75 @@ def test_tinyproxy_exiting_ends_the_container_and_sigterm_reaches_tinyproxy(
         assert running.count("tinyproxy exited (137)") == 1
     with watcher(settings, tmp_path / "two.log", shell) as running:
         pid = running.tinyproxy_pid
-        running.proc.send_signal(signal.SIGTERM)
+        running.proc.send_signal(signal.SIGINT)
         running.proc.wait(TIMEOUT)
         wait_for(lambda: not Path(f"/proc/{pid}").exists(), "tinyproxy to exit")
         assert running.count("tinyproxy exited") == 1, running.text()
+        assert running.count("stopping") == 0, running.text()
+
+
+DRAIN = {"endpointSeconds": 2, "connectionSeconds": 4}
+
+
+def _draining(tmp_path: Path, echo: LineEchoServer, name: str) -> tuple[Settings, tuple[str, int], tuple[str, int]]:
+    settings = _settings(tmp_path / name, echo, None, drain=DRAIN)
+    KubeletDir(tmp_path / name / "config").write(config_files(settings))
+    return settings, ("127.0.0.1", settings.deployment.port), ("127.0.0.1", echo.port)
+
+
+def test_sigterm_drains_new_connections_served_for_endpoint_seconds_then_the_open_tunnel_until_it_closes(
+    shell: list[str], tmp_path: Path, echo: LineEchoServer
+) -> None:
+    """Issue 35 item 2: on SIGTERM (the kubelet's, when the pod is deleted) tinyproxy keeps accepting for
+    `drain.endpointSeconds` (the pod's endpoint is leaving every node's rules meanwhile), then lives on while a
+    tunnel is open, and stops as soon as it closes, well within `drain.connectionSeconds`."""
+    settings, proxy, target = _draining(tmp_path, echo, "closes")
+    with watcher(settings, tmp_path / "closes.log", shell) as running:
+        pid = running.tinyproxy_pid
+        wait_for(lambda: once(proxy, target) == "direct: x", "tinyproxy to accept")
+        tunnel = Tunnel(proxy, target)
+        assert tunnel.echo("before") == "direct: before"
+        running.proc.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        running.wait_line("stopping: serving new connections 2s more")
+        # New connections are still served during the endpoint window: a client whose node has not yet dropped
+        # the endpoint is not refused.
+        assert once(proxy, target, "during") == "direct: during"
+        assert time.monotonic() - signalled < 2, "served within the endpoint window"
+        # After it, the open tunnel keeps tinyproxy up: the shell counted it.
+        line = running.wait_line("open connection(s) to close", timeout=10)
+        assert "waiting for 1 open connection(s) to close, at most 4s" in line, line
+        assert tunnel.echo("still") == "direct: still"
+        assert running.proc.poll() is None
+        assert Path(f"/proc/{pid}").exists()
+        tunnel.close()
+        closed = time.monotonic()
+        assert running.proc.wait(TIMEOUT) == 0, running.text()
+        assert time.monotonic() - closed < 3, "tinyproxy stopped once the last connection closed"
+        line = running.wait_line("stopping tinyproxy after")
+        assert line.endswith("0 connection(s) still open"), line
+        assert running.count("tinyproxy exited (0)") == 1, running.text()
+
+
+def test_sigterm_cuts_a_tunnel_still_open_after_connection_seconds(
+    shell: list[str], tmp_path: Path, echo: LineEchoServer
+) -> None:
+    settings, proxy, target = _draining(tmp_path, echo, "bounded")
+    assert settings.deployment.drain.grace_seconds == 2 + 4 + 5
+    with watcher(settings, tmp_path / "bounded.log", shell) as running:
+        wait_for(lambda: once(proxy, target) == "direct: x", "tinyproxy to accept")
+        tunnel = Tunnel(proxy, target)
+        assert tunnel.echo("before") == "direct: before"
+        running.proc.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        assert running.proc.wait(2 + 4 + TIMEOUT) == 0, running.text()
+        took = time.monotonic() - signalled
+        assert 2 + 4 <= took < 2 + 4 + 3, took
+        line = running.wait_line("stopping tinyproxy after 4s of draining")
+        assert line.endswith("1 connection(s) still open"), line
+        try:
+            cut = tunnel.echo("after")
+        except OSError:
+            cut = ""
+        assert cut == "", "the tunnel was closed when tinyproxy stopped"
+        tunnel.close()
