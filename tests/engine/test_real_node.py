@@ -1,9 +1,10 @@
-"""The proxy on a real node (pytest -m realnode): `scripts/cluster up 0 --real 1` starts the test cluster with one
-real node (containerd + runc, the kubelet, kube-proxy in nftables mode and CoreDNS, in the network namespace
-`<cluster>-real-0`), the project's image and a pause image imported. The IPv6-only example is applied with
-`pulumi up` under the real engine, unmodified; then a pod on that node, IPv6-only and given nothing but
-`envFrom: proxy-config`, reaches an IPv4-only origin in a network namespace of this test's own ("the internet",
-reachable from the node over IPv4 only) through `http-proxy.kube-system.svc.k8s.internal:8888`.
+"""The proxy on real nodes (pytest -m realnode): `scripts/cluster up 0 --real 2` starts the test cluster with two
+real nodes (each containerd + runc, the kubelet, kube-proxy in nftables mode and CoreDNS, in the network namespace
+`<cluster>-real-<i>`, the nodes linked by a bridge of their own), the project's image and a pause image imported.
+The IPv6-only example is applied with `pulumi up` under the real engine, with `trafficDistribution: PreferSameNode`
+(the cluster is 1.36); then a pod on each node, IPv6-only and given nothing but `envFrom: proxy-config`, reaches an
+IPv4-only origin in a network namespace of this test's own ("the internet", reachable from both nodes over IPv4
+only) through `http-proxy.kube-system.svc.k8s.internal:8888`. Node 0 (`RealNode.node`) is the one most tests use.
 
 The clients and servers are one static Go binary (realnode/tool.go, built here), mounted into the pods read-only.
 Names of "the internet" (origin.example, upstream.example) are served by the node's CoreDNS from the cluster's
@@ -12,6 +13,7 @@ hosts file; the pods' own DNS is the cluster's (kube-dns, fd00:10:96::a).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -22,6 +24,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +41,10 @@ from .conftest import ROOT, Project, changes
 pytestmark = pytest.mark.realnode
 EXAMPLE = ROOT / "examples/ipv6-only"
 ORIGIN = "198.51.100.2"  # TEST-NET-2: "the internet", IPv4 only, in this test's own network namespace
-NODE_ON_INTERNET = "198.51.100.1"  # the node's side of that link
-NODE6 = "fd00:10::2"  # the real node's IPv6 address (scripts/cluster: fd00:10::<i+2>)
+NODE_ON_INTERNET = "198.51.100.1"  # node 0's address on that network
+NODES_ON_INTERNET = (NODE_ON_INTERNET, "198.51.100.3")  # each node's
+NODE6 = "fd00:10::2"  # node 0's IPv6 address (scripts/cluster: fd00:10::<i+2>)
+NODES = 2
 UPSTREAM_USER, UPSTREAM_PASSWORD = "egress", "Upstr3am-s3cret"
 PROXY_POD_LABEL = "app=http-proxy"
 
@@ -62,8 +67,10 @@ def wait(condition: Callable[[], bool], what: str, timeout: float = 120) -> None
 class RealNode:
     kubeconfig: Path
     workdir: Path
-    netns: str  # the node's network namespace
+    netns: str  # node 0's network namespace
     node: str  # its Node name
+    nodes: list[str]  # every real node's name (node i's network namespace has the same name)
+    cluster: str
     internet: str  # this test's "internet" namespace
     tool: Path
     hosts: Path  # the cluster's hosts file (CoreDNS serves it on the node)
@@ -81,12 +88,22 @@ class RealNode:
     def get(self, *args: str) -> Any:
         return json.loads(self.kubectl("get", *args, "-o", "json"))
 
-    def proxy_pod(self) -> dict[str, Any]:
+    def proxy_pod(self, node: str | None = None) -> dict[str, Any]:
+        """The proxy pod on `node` (node 0 by default) that is not being deleted."""
         pods = self.get("pods", "-n", "kube-system", "-l", PROXY_POD_LABEL)["items"]
-        running = [p for p in pods if p["metadata"].get("deletionTimestamp") is None]
+        running = [
+            p
+            for p in pods
+            if p["metadata"].get("deletionTimestamp") is None and p["spec"].get("nodeName") == (node or self.node)
+        ]
         assert len(running) == 1, [p["metadata"]["name"] for p in pods]
         pod: dict[str, Any] = running[0]
         return pod
+
+    def containerd(self, node: str) -> str:
+        """Node `node`'s containerd socket (scripts/cluster real_run: /run/proxy-component-<id>-<i>)."""
+        index = self.nodes.index(node)
+        return f"/run/proxy-component-{hashlib.sha256(self.cluster.encode()).hexdigest()[:6]}-{index}/containerd.sock"
 
     def fetch(self, pod: str, *urls: str, env: tuple[str, ...] = ()) -> dict[str, str]:
         """GET each URL from inside `pod` with Go's default client (`env` first: `-u NAME` or `NAME=value`)."""
@@ -103,7 +120,7 @@ def _upstream_conf(workdir: Path, *passwords: str) -> None:
     conf = _upstream_dir(workdir) / "upstream.conf"
     conf.write_text(
         f"User nobody\nGroup nogroup\nPort 3128\nListen {ORIGIN}\nTimeout 30\nLogLevel Info\n"
-        f"Allow {NODE_ON_INTERNET}\n"
+        f"Allow {NODE_ON_INTERNET.rsplit('.', 1)[0]}.0/24\n"
         + "".join(f"BasicAuth {UPSTREAM_USER} {password}\n" for password in passwords)
         + "ConnectPort 443\n"
     )
@@ -200,9 +217,9 @@ def real(tmp_path_factory: pytest.TempPathFactory, tool: Path) -> Iterator[RealN
     cluster = f"pc-real-{os.getpid()}"
     env = {**os.environ, "PROXY_COMPONENT_CLUSTER": cluster, "KWOK_WORKDIR": str(workdir / "kwok")}
     t0 = time.monotonic()
-    up = subprocess.run(["bash", str(ROOT / "scripts/cluster"), "up", "0", "--real", "1"], capture_output=True,
-                        text=True, env=env, timeout=3000)  # fmt: skip
-    print(f"realnode: scripts/cluster up 0 --real 1 in {time.monotonic() - t0:.1f}s", file=sys.stderr)
+    up = subprocess.run(["bash", str(ROOT / "scripts/cluster"), "up", "0", "--real", str(NODES)],
+                        capture_output=True, text=True, env=env, timeout=3000)  # fmt: skip
+    print(f"realnode: scripts/cluster up 0 --real {NODES} in {time.monotonic() - t0:.1f}s", file=sys.stderr)
     internet = f"pc-inet-{os.getpid()}"
     etc = Path("/etc/netns") / internet
     servers: list[subprocess.Popen[str]] = []
@@ -213,24 +230,25 @@ def real(tmp_path_factory: pytest.TempPathFactory, tool: Path) -> Iterator[RealN
             workdir=workdir,
             netns=f"{cluster}-real-0",
             node=f"{cluster}-real-0",
+            nodes=[f"{cluster}-real-{i}" for i in range(NODES)],
+            cluster=cluster,
             internet=internet,
             tool=tool,
             hosts=workdir / "kwok" / f"{cluster}.hosts",
         )
-        # "The internet": IPv4 only, linked to the node alone.
-        link = f"pci{os.getpid() % 100000}"
+        # "The internet": IPv4 only, a bridge that each node's inet0 joins (and nothing else).
         run("ip", "netns", "add", internet)
-        run("ip", "link", "add", f"{link}a", "type", "veth", "peer", "name", f"{link}b")
-        run("ip", "link", "set", f"{link}a", "netns", node.netns)
-        run("ip", "link", "set", f"{link}b", "netns", internet)
-        run("ip", "-n", node.netns, "link", "set", f"{link}a", "name", "inet0")
-        run("ip", "-n", node.netns, "addr", "add", f"{NODE_ON_INTERNET}/24", "dev", "inet0")
-        run("ip", "-n", node.netns, "link", "set", "inet0", "up")
         run("ip", "netns", "exec", internet, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1")
-        run("ip", "-n", internet, "link", "set", f"{link}b", "name", "eth0")
-        run("ip", "-n", internet, "addr", "add", f"{ORIGIN}/24", "dev", "eth0")
-        run("ip", "-n", internet, "link", "set", "eth0", "up")
+        run("ip", "-n", internet, "link", "add", "br0", "type", "bridge")
+        run("ip", "-n", internet, "addr", "add", f"{ORIGIN}/24", "dev", "br0")
+        run("ip", "-n", internet, "link", "set", "br0", "up")
         run("ip", "-n", internet, "link", "set", "lo", "up")
+        for i, (netns, address) in enumerate(zip(node.nodes, NODES_ON_INTERNET, strict=True)):
+            link = f"pci{os.getpid() % 100000}n{i}"
+            run("ip", "-n", internet, "link", "add", link, "type", "veth", "peer", "name", "inet0", "netns", netns)
+            run("ip", "-n", internet, "link", "set", link, "master", "br0", "up")
+            run("ip", "-n", netns, "addr", "add", f"{address}/24", "dev", "inet0")
+            run("ip", "-n", netns, "link", "set", "inet0", "up")
         node.hosts.write_text(f"{ORIGIN} origin.example upstream.example\n")
         # The upstream proxy, in "the internet", resolves the origin from its own hosts file (`ip netns exec` binds
         # /etc/netns/NAME/hosts over /etc/hosts).
@@ -285,6 +303,7 @@ def example(real: RealNode, engine: Path, engine_venv: Path, tmp_path_factory: p
     project = Project(EXAMPLE, tmp_path_factory.mktemp("example"), engine, engine_venv, "real")
     project.env["KUBECONFIG"] = str(real.kubeconfig)
     project.init()
+    (project.dir / "proxy.yaml").write_text(yaml.safe_dump(_settings(), sort_keys=False))
     t0 = time.monotonic()
     project.up()
     print(f"realnode: pulumi up of examples/ipv6-only in {time.monotonic() - t0:.1f}s", file=sys.stderr)
@@ -292,17 +311,24 @@ def example(real: RealNode, engine: Path, engine_venv: Path, tmp_path_factory: p
 
 
 @pytest.fixture(scope="module")
-def client(real: RealNode, example: Project) -> str:
-    """The seed's pod: on the real node, IPv6 only, proxy-config as its whole environment."""
-    for name, command, env_from in (
-        ("client", ["sleep", "86400"], True),
-        ("other", ["/tools/tool", "serve", ":8080", "other-pod"], False),
-    ):
-        pod = _pod(name, real.node, real.tool.parent, command, env_from)
+def clients(real: RealNode, example: Project) -> dict[str, str]:
+    """The seed's pod on each node (`client` on node 0, `client1` on node 1): IPv6 only, proxy-config as its whole
+    environment; and `other`, a server pod on node 0. Node name to the client's pod name."""
+    names = {node: "client" if i == 0 else f"client{i}" for i, node in enumerate(real.nodes)}
+    pods = [(name, node, ["sleep", "86400"], True) for node, name in names.items()]
+    pods.append(("other", real.node, ["/tools/tool", "serve", ":8080", "other-pod"], False))
+    for name, node, command, env_from in pods:
+        pod = _pod(name, node, real.tool.parent, command, env_from)
         real.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(pod))
-    real.kubectl("-n", "default", "wait", "--for=condition=Ready", "pod/client", "pod/other", "--timeout=120s",
+    real.kubectl("-n", "default", "wait", "--for=condition=Ready", *(f"pod/{p[0]}" for p in pods), "--timeout=120s",
                  timeout=150)  # fmt: skip
-    return "client"
+    return names
+
+
+@pytest.fixture(scope="module")
+def client(clients: dict[str, str]) -> str:
+    """The client pod on node 0."""
+    return clients[next(iter(clients))]
 
 
 def _pod_ip(real: RealNode, name: str) -> str:
@@ -312,8 +338,8 @@ def _pod_ip(real: RealNode, name: str) -> str:
     return str(ips[0])
 
 
-def _tinyproxy_pid(real: RealNode) -> int:
-    """The tinyproxy process of the proxy pod on the node (a process of the node's cgroup tree)."""
+def _tinyproxy_pid(real: RealNode, node: str | None = None) -> int:
+    """The tinyproxy process of the proxy pod on `node` (node 0 by default): a process of the node's cgroup tree."""
     pids = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -327,7 +353,7 @@ def _tinyproxy_pid(real: RealNode) -> int:
         # files, which names the kubelet's timestamped directory.
         if (
             cmdline[:4] == [b"tinyproxy", b"-d", b"-c", b"/etc/tinyproxy/tinyproxy.conf"]
-            and f"/{real.netns}/" in cgroup
+            and f"/{node or real.netns}/" in cgroup
         ):
             pids.append(int(proc.name))
     assert len(pids) == 1, pids
@@ -339,7 +365,7 @@ def test_the_daemonset_is_ready_on_the_real_node_by_the_kubelets_own_probes(real
     assert "kwok.x-k8s.io/node" not in node["metadata"].get("annotations", {}), "kwok leaves this node alone"
     assert node["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://1.6")
     ds = real.get("daemonset", "http-proxy", "-n", "kube-system")
-    assert ds["status"]["desiredNumberScheduled"] == ds["status"]["numberReady"] == 1
+    assert ds["status"]["desiredNumberScheduled"] == ds["status"]["numberReady"] == NODES
     template = ds["spec"]["template"]["spec"]
     assert [c["image"] for c in template["initContainers"] + template["containers"]] == [DEFAULT_IMAGE] * 2
     pod = real.proxy_pod()
@@ -474,12 +500,14 @@ def test_check_probe_runs_on_the_real_node_with_the_projects_image(real: RealNod
                  check=False, timeout=300, cwd=ROOT)  # fmt: skip
     print(f"realnode: check --probe in {time.monotonic() - t0:.1f}s", file=sys.stderr)
     assert result.returncode == 1, result.stderr  # one probe fails, as it should
-    probes = {f["url"]: f for f in json.loads(result.stdout) if f["kind"] == "probe"}
-    assert probes.keys() == {"http://origin.example/", "http://169.254.169.254/"}, result.stdout
-    ok, refused = probes["http://origin.example/"], probes["http://169.254.169.254/"]
-    assert (ok["node"], ok["outcome"], ok["severity"]) == (real.node, "ok", "ok"), ok
-    assert "200" in ok["detail"], ok
-    assert (refused["node"], refused["outcome"]) == (real.node, "filtered"), refused
+    probes = {(f["node"], f["url"]): f for f in json.loads(result.stdout) if f["kind"] == "probe"}
+    urls = ("http://origin.example/", "http://169.254.169.254/")
+    assert probes.keys() == {(node, url) for node in real.nodes for url in urls}, result.stdout
+    for node in real.nodes:  # a probe pod on each node, through that node's proxy
+        ok, refused = probes[node, urls[0]], probes[node, urls[1]]
+        assert (ok["outcome"], ok["severity"]) == ("ok", "ok"), ok
+        assert "200" in ok["detail"], ok
+        assert refused["outcome"] == "filtered", refused
     for namespace in ("kube-system", PROBE_NAMESPACE):
         assert real.get("pods", "-n", namespace, "-l", "app.kubernetes.io/component=check-probe")["items"] == []
 
@@ -544,52 +572,146 @@ def test_one_pod_cannot_take_its_nodes_proxy_down(real: RealNode, example: Proje
 
 
 def _settings(**deployment: Any) -> dict[str, Any]:
+    """The example's settings with `deployment` updated; a pod's own node's proxy first (the cluster is 1.36)."""
     settings: dict[str, Any] = yaml.safe_load((EXAMPLE / "proxy.yaml").read_text())
-    settings["deployment"].update(deployment)
+    settings["deployment"].update({"trafficDistribution": "PreferSameNode", **deployment})
     return settings
 
 
-def test_a_tinyproxy_conf_change_rolls_the_daemonset_and_the_outage_is_measured(
-    real: RealNode, example: Project, client: str
+class Traffic:
+    """From each client pod: 20 requests a second to the origin (a new connection each) and `tunnels` long tunnels
+    (an HTTPS request a second each over one kept-alive CONNECT tunnel), until `stop()` closes their standard input.
+    Started once every tunnel has its connection."""
+
+    def __init__(self, real: RealNode, clients: dict[str, str], tunnels: int, path: str) -> None:
+        self.started = time.monotonic()
+        self.procs: dict[tuple[str, str], subprocess.Popen[str]] = {}
+        kubectl = ["kubectl", "--kubeconfig", str(real.kubeconfig), "exec", "-i"]
+        try:
+            for node, pod in clients.items():
+                for kind, args in (
+                    ("load", ["load", f"http://origin.example/{path}", "0", "20"]),
+                    ("tunnels", ["tunnels", f"https://origin.example/{path}-tunnel", str(tunnels), "0"]),
+                ):
+                    self.procs[node, kind] = subprocess.Popen(
+                        [*kubectl, pod, "--", "/tools/tool", *args],
+                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                    )  # fmt: skip
+            for (node, kind), proc in self.procs.items():
+                if kind == "tunnels":
+                    assert proc.stdout is not None
+                    assert proc.stdout.readline().strip() == "open", (node, proc.stderr)
+        except BaseException:
+            self.kill()
+            raise
+
+    def stop(self) -> dict[str, tuple[dict[str, Any], list[dict[str, Any]]]]:
+        """End both on every node: node -> (the load's figures, each tunnel's)."""
+        self.seconds = time.monotonic() - self.started
+        outs: dict[tuple[str, str], str] = {}
+        try:
+            for key, proc in self.procs.items():
+                out, err = proc.communicate(input="", timeout=120)  # its standard input closes: it ends
+                assert out.strip(), (key, err)
+                outs[key] = out.strip().splitlines()[-1]
+        finally:
+            self.kill()
+        nodes = sorted({node for node, _ in self.procs})
+        return {node: (json.loads(outs[node, "load"]), json.loads(outs[node, "tunnels"])) for node in nodes}
+
+    def kill(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def _replaced_and_ready(real: RealNode, node: str, old_uid: str) -> bool:
+    pod = real.proxy_pod(node)
+    return pod["metadata"]["uid"] != old_uid and bool(pod["status"]["containerStatuses"][0]["ready"])
+
+
+def _ready(real: RealNode, node: str) -> bool:
+    return bool(real.proxy_pod(node)["status"]["containerStatuses"][0]["ready"])
+
+
+def _roll(
+    real: RealNode, example: Project, clients: dict[str, str], settings: dict[str, Any], what: str
+) -> dict[str, Any]:
+    """Apply `settings`, which must roll the proxy, under `Traffic` from both nodes; what happened, per node."""
+    before = {node: real.proxy_pod(node) for node in real.nodes}
+    traffic = Traffic(real, clients, TUNNELS, what.replace(" ", "-"))
+    try:
+        (example.dir / "proxy.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
+        t0 = time.monotonic()
+        example.up()  # pulumi-kubernetes waits for the DaemonSet's rollout
+        took = time.monotonic() - t0
+        for node in real.nodes:  # both replaced and ready: the roll is over
+            wait(partial(_replaced_and_ready, real, node, before[node]["metadata"]["uid"]), f"{node} rolled")
+    finally:
+        results = traffic.stop()
+    report: dict[str, Any] = {"what": what, "up s": round(took, 1), "seconds": round(traffic.seconds)}
+    for node, (load, tunnels) in results.items():
+        report[node] = {
+            "sent": load["sent"], "failed": load["failed"], "gap ms": load["longestGapMs"],
+            "failures": sorted({f["error"].split(": ")[-1] for f in load["failures"] or []}),
+            "tunnels cut": sum(t["connections"] - 1 for t in tunnels),
+            "tunnel requests failed": sum(t["failed"] for t in tunnels),
+            "tunnel errors": sorted({e.split(": ")[-1] for t in tunnels for e in t["errors"] or []}),
+        }  # fmt: skip
+    print(f"realnode: roll ({what}) under 20 req/s and {TUNNELS} tunnels from each node: {report}", file=sys.stderr)
+    return report
+
+
+TUNNELS = 5  # long tunnels from each node's client
+
+
+def test_changes_that_must_roll_roll_both_nodes_without_a_failed_request(
+    real: RealNode, example: Project, clients: dict[str, str]
 ) -> None:
-    before = real.proxy_pod()
-    (example.dir / "proxy.yaml").write_text(yaml.safe_dump(_settings(maxClients=512), sort_keys=False))
-    load = subprocess.Popen(
-        ["kubectl", "--kubeconfig", str(real.kubeconfig), "exec", client, "--", "/tools/tool", "load",
-         "http://origin.example/load", "90", "20"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    time.sleep(5)
-    t0 = time.monotonic()
-    example.up()
-    rolled = time.monotonic() - t0
-    out, err = load.communicate(timeout=180)
-    figures = json.loads(out.strip().splitlines()[-1])
-    failures = figures["failures"] or []
-    after = real.proxy_pod()
-    assert after["metadata"]["uid"] != before["metadata"]["uid"], "the DaemonSet replaced its pod"
-    # maxClients reaches the kernel rules (the loopback reserve), which tinyproxy cannot reload: the pod rolls.
-    restart = "proxy-component/restart-inputs"
-    assert after["metadata"]["annotations"][restart] != before["metadata"]["annotations"][restart]
+    """Issue 35 item 2, must-show 2: changes tinyproxy cannot reload roll both nodes, one at a time, while a client
+    on each node sends 20 requests a second and holds 5 long tunnels through its own node's proxy
+    (`trafficDistribution: PreferSameNode`). No request fails: a deleted pod's endpoint is terminating at once, so
+    every node's kube-proxy sends new connections to the other node's proxy, and the leaving proxy serves on for
+    `drain.endpointSeconds` (the time that change takes to reach the nodes), then lets its open tunnels finish for
+    at most `drain.connectionSeconds` before it stops; the tunnels it still held then are cut, and counted. Then
+    what the drain buys: the same kind of roll with both waits 0."""
+    rolled = f"{DEFAULT_IMAGE}-rolled"  # the same image under a second name, in both nodes' containerd
+    for node in real.nodes:
+        run("ctr", "-a", real.containerd(node), "-n", "k8s.io", "images", "tag", "--force", DEFAULT_IMAGE, rolled)
+    reports = []
+    image = _settings(image=rolled)
+    reports.append(_roll(real, example, clients, image, "image"))
+    pod_range = _settings(image=rolled)
+    pod_range["cluster"]["podCidrs"] = [*pod_range["cluster"]["podCidrs"], "fd00:10:245::/56"]
+    reports.append(_roll(real, example, clients, pod_range, "pod range"))
+    for report in reports:
+        for node in real.nodes:
+            assert report[node]["failed"] == 0, report
+            assert report[node]["sent"] >= 20 * (report["seconds"] - 15), report
+    for node in real.nodes:
+        pod = real.proxy_pod(node)
+        assert [c["image"] for c in pod["spec"]["containers"]] == [rolled], pod["spec"]["containers"]
+        assert pod["spec"]["terminationGracePeriodSeconds"] == 5 + 30 + 5
     conf = real.get("configmap", "http-proxy-config", "-n", "kube-system")["data"]["tinyproxy.conf"]
-    assert "MaxClients 512" in conf
+    assert "Allow fd00:10:245::/56" in conf, conf
+    # What the drain buys: the pods are first replaced by ones that do not drain (that roll still drains: the
+    # leaving pods have the waits), then those roll for a maxClients change (the kernel rules' loopback reserve).
+    undrained = _settings(image=rolled, drain={"endpointSeconds": 0, "connectionSeconds": 0})
+    _roll(real, example, clients, undrained, "drain off")
+    without_drain = _settings(image=rolled, drain={"endpointSeconds": 0, "connectionSeconds": 0}, maxClients=512)
+    without = _roll(real, example, clients, without_drain, "maxClients, pods without the drain")
+    assert real.proxy_pod()["spec"]["terminationGracePeriodSeconds"] == 5
     print(
-        f"realnode: roll under a 20 req/s client: {figures['failed']} of {figures['sent']} requests failed, "
-        f"longest time without an answer {figures['longestGapMs']} ms; pulumi up took {rolled:.1f}s; "
-        f"failures from {failures[0]['offsetMs'] if failures else '-'} to {failures[-1]['offsetMs'] if failures else '-'} ms "
-        f"after the client started, of these kinds: {sorted({f['error'].split(': ')[-1] for f in failures})}",
+        "realnode: without the drain, failed requests per node: "
+        + ", ".join(f"{node}: {without[node]['failed']} of {without[node]['sent']}" for node in real.nodes),
         file=sys.stderr,
     )
-    assert figures["sent"] == 1800, (figures, err)
-    assert figures["ok"] + figures["failed"] == 1800, (figures, err)
-    assert figures["ok"] > 0
-    # The readiness probe every second (render.proxy.readiness_probe): 10-13 s without egress with the former 10 s
-    # period, about a second now; the bound leaves room for a loaded machine.
-    assert figures["longestGapMs"] < 5000, figures
-    # The client keeps working afterwards.
-    assert real.fetch(client, "http://origin.example/after") == {
-        "http://origin.example/after": f"ok 200 origin saw /after from {NODE_ON_INTERNET}"
-    }
+    # The clients keep working afterwards, through their own node's proxy.
+    for i, (node, name) in enumerate(clients.items()):
+        assert real.fetch(name, "http://origin.example/after") == {
+            "http://origin.example/after": f"ok 200 origin saw /after from {NODES_ON_INTERNET[i]}"
+        }, node
 
 
 def test_chained_to_an_upstream_with_credentials_from_the_secret(real: RealNode, example: Project, client: str) -> None:
@@ -622,12 +744,16 @@ def _upstream_reloaded(real: RealNode, count: int) -> None:
         raise AssertionError(f"{exc}; its log ends: {log.read_text()[-1500:]}") from None
 
 
-def _proxy_log(real: RealNode) -> str:
-    return real.kubectl("-n", "kube-system", "logs", real.proxy_pod()["metadata"]["name"], "-c", "tinyproxy")
+def _proxy_log(real: RealNode, node: str | None = None) -> str:
+    return real.kubectl("-n", "kube-system", "logs", real.proxy_pod(node)["metadata"]["name"], "-c", "tinyproxy")
 
 
-def _reloads(real: RealNode) -> int:
-    return _proxy_log(real).count("proxy-component: reloaded tinyproxy")
+def _reloads(real: RealNode, node: str | None = None) -> int:
+    return _proxy_log(real, node).count("proxy-component: reloaded tinyproxy")
+
+
+def _reloaded_since(real: RealNode, node: str, count: int) -> bool:
+    return _reloads(real, node) > count
 
 
 def _check_kinds(real: RealNode, example: Project) -> list[str]:
@@ -643,41 +769,32 @@ CONFIG_OBJECT = "ipv6-only-tinyproxy-config"
 
 
 def test_a_password_rotation_and_a_no_upstream_entry_reload_the_proxy_without_a_restart(
-    real: RealNode, example: Project, client: str
+    real: RealNode, example: Project, clients: dict[str, str]
 ) -> None:
-    """Issue 35 item 1, on the real node: under 20 requests a second and 4 long tunnels (an HTTPS request a second
-    each over one kept-alive CONNECT tunnel, through the proxy and the upstream), rotating the upstream's password
-    and adding a `proxy.upstream.noUpstream` entry, each by `pulumi up`: no request fails, no tunnel is cut, the
-    proxy pod is not restarted (same uid, restartCount, tinyproxy PID, DaemonSet generation), the preview updates
-    the config Secret alone (replaced: the example's provider keeps Secrets immutable), and the time each takes to be in
-    force is measured."""
+    """Issue 35 item 1, must-show 1, on both nodes: while a client on each node sends 20 requests a second and holds
+    5 long tunnels (an HTTPS request a second each over one kept-alive CONNECT tunnel, through its node's proxy and
+    the upstream), rotating the upstream's password and adding a `proxy.upstream.noUpstream` entry, each by `pulumi
+    up`: no request fails, no tunnel is cut, no proxy pod is restarted (same uid, restartCount, tinyproxy PID,
+    DaemonSet generation), the preview updates the config Secret alone (replaced: the example's provider keeps
+    Secrets immutable), and the time each takes to be in force on both nodes is measured."""
     assert real.upstream is not None
     settings = _settings()
     upstream: dict[str, Any] = {"url": f"http://{UPSTREAM_USER}:{UPSTREAM_PASSWORD}@upstream.example:3128"}
     settings["proxy"]["upstream"] = upstream
     (example.dir / "proxy.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
     example.up()  # as the previous test left it when run in order; else this rolls once, before anything is measured
-    wait(lambda: bool(real.proxy_pod()["status"]["containerStatuses"][0]["ready"]), "the proxy pod ready")
-    assert real.fetch(client, "http://origin.example/chained") == {
-        "http://origin.example/chained": f"ok 200 origin saw /chained from {ORIGIN}"
-    }
-    before, daemonset, pid = (
-        real.proxy_pod(),
-        real.get("daemonset", "http-proxy", "-n", "kube-system"),
-        _tinyproxy_pid(real),
-    )
-    # SECONDS 0: the load and the tunnels run until their standard input closes, once both changes are in force.
-    kubectl = ["kubectl", "--kubeconfig", str(real.kubeconfig), "exec", "-i", client, "--", "/tools/tool"]
-    started = time.monotonic()
-    load = subprocess.Popen([*kubectl, "load", "http://origin.example/load", "0", "20"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-    tunnels = subprocess.Popen([*kubectl, "tunnels", "https://origin.example/long", "4", "0"], stdin=subprocess.PIPE,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    for node, pod in clients.items():
+        wait(partial(_ready, real, node), f"{node}'s proxy ready")
+        assert real.fetch(pod, "http://origin.example/chained") == {
+            "http://origin.example/chained": f"ok 200 origin saw /chained from {ORIGIN}"
+        }
+    before = {node: real.proxy_pod(node) for node in real.nodes}
+    pids = {node: _tinyproxy_pid(real, node) for node in real.nodes}
+    daemonset = real.get("daemonset", "http-proxy", "-n", "kube-system")
+    traffic = Traffic(real, clients, TUNNELS, "reload")
     figures: dict[str, float] = {}
     try:
-        assert tunnels.stdout is not None
-        assert tunnels.stdout.readline().strip() == "open"
-        # 1. The password: the upstream accepts the old and the new one while the proxy moves to the new one.
+        # 1. The password: the upstream accepts the old and the new one while the proxies move to the new one.
         rotated = "R0tated-upstr3am-s3cret"
         _upstream_conf(real.workdir, UPSTREAM_PASSWORD, rotated)
         real.upstream.send_signal(signal.SIGUSR1)
@@ -691,21 +808,23 @@ def test_a_password_rotation_and_a_no_upstream_entry_reload_the_proxy_without_a_
         assert list(changes(example.preview_json()).values()) == [[CONFIG_OBJECT]], preview.stdout
         for secret in (UPSTREAM_PASSWORD, rotated):
             assert secret not in preview.stdout + preview.stderr
-        reloads = _reloads(real)
+        reloads = {node: _reloads(real, node) for node in real.nodes}
         t0 = time.monotonic()
         example.up()
         figures["password up s"] = time.monotonic() - t0
         right_after = _check_kinds(real, example)
-        wait(lambda: _reloads(real) > reloads, "the proxy to reload the new password", timeout=240)
-        figures["password reloaded s"] = time.monotonic() - t0
-        # From now on the upstream takes the new password only: a request through it proves the proxy sends it.
+        for node in real.nodes:
+            wait(partial(_reloaded_since, real, node, reloads[node]), f"{node}'s proxy to reload", timeout=240)
+            figures[f"password reloaded on {node[-6:]} s"] = time.monotonic() - t0
+        # From now on the upstream takes the new password only: a request through it proves each proxy sends it.
         _upstream_conf(real.workdir, rotated)
         real.upstream.send_signal(signal.SIGUSR1)
         _upstream_reloaded(real, 3)
-        assert real.fetch(client, "http://origin.example/rotated") == {
-            "http://origin.example/rotated": f"ok 200 origin saw /rotated from {ORIGIN}"
-        }
-        # 2. A noUpstream entry: new requests to the origin go direct (the origin sees the node's address).
+        for pod in clients.values():
+            assert real.fetch(pod, "http://origin.example/rotated") == {
+                "http://origin.example/rotated": f"ok 200 origin saw /rotated from {ORIGIN}"
+            }
+        # 2. A noUpstream entry: new requests to the origin go direct (the origin sees each node's address).
         upstream["noUpstream"] = ["origin.example"]
         (example.dir / "proxy.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
         assert list(changes(example.preview_json()).values()) == [[CONFIG_OBJECT]]
@@ -713,49 +832,51 @@ def test_a_password_rotation_and_a_no_upstream_entry_reload_the_proxy_without_a_
         example.up()
         figures["noUpstream up s"] = time.monotonic() - t0
 
-        def direct() -> bool:
-            answer = real.fetch(client, "http://origin.example/direct")["http://origin.example/direct"]
-            assert answer.startswith("ok 200 "), answer
-            return answer == f"ok 200 origin saw /direct from {NODE_ON_INTERNET}"
+        for i, (node, pod) in enumerate(clients.items()):
 
-        wait(direct, "the noUpstream entry in force", timeout=240)
-        figures["noUpstream in force s"] = time.monotonic() - t0
+            def direct(pod: str = pod, address: str = NODES_ON_INTERNET[i]) -> bool:
+                answer = real.fetch(pod, "http://origin.example/direct")["http://origin.example/direct"]
+                assert answer.startswith("ok 200 "), answer
+                return answer == f"ok 200 origin saw /direct from {address}"
+
+            wait(direct, f"the noUpstream entry in force on {node}", timeout=240)
+            figures[f"noUpstream in force on {node[-6:]} s"] = time.monotonic() - t0
         after_kinds = _check_kinds(real, example)
-        loaded_for = time.monotonic() - started
-        out, err = load.communicate(input="", timeout=120)  # closes its standard input: the load ends
-        tunnel_out, tunnel_err = tunnels.communicate(input="", timeout=120)
     finally:
-        for proc in (load, tunnels):
-            proc.kill()
-            proc.wait()
-    loaded = json.loads(out.strip().splitlines()[-1])
-    held = json.loads(tunnel_out.strip().splitlines()[-1])
-    after = real.proxy_pod()
+        results = traffic.stop()
     print(
-        f"realnode: reload under 20 req/s and 4 long tunnels: {loaded['failed']} of {loaded['sent']} requests "
-        f"failed, longest gap {loaded['longestGapMs']} ms; tunnels {[(t['requests'], t['failed'], t['connections']) for t in held]} "
-        f"(requests, failed, connections) over {loaded_for:.0f} s; {', '.join(f'{k} {v:.1f}' for k, v in figures.items())}; check right after "
-        f"the password's up: {right_after}, after both reloads: {after_kinds}",
+        f"realnode: reload under 20 req/s and {TUNNELS} long tunnels from each node, {traffic.seconds:.0f} s: "
+        + "; ".join(
+            f"{node}: {load['failed']} of {load['sent']} requests failed, longest gap {load['longestGapMs']} ms, "
+            f"tunnels (requests, failed, connections) {[(t['requests'], t['failed'], t['connections']) for t in held]}"
+            for node, (load, held) in results.items()
+        )
+        + f"; {', '.join(f'{k} {v:.1f}' for k, v in figures.items())}; check right after the password's up: "
+        f"{right_after}, after both reloads: {after_kinds}",
         file=sys.stderr,
     )
-    # 20 a second from before the first change until both were in force (a few ticks short at the ends at most).
-    assert loaded["sent"] >= 20 * (loaded_for - 15), (loaded["sent"], loaded_for)
-    assert (loaded["failed"], loaded["ok"]) == (0, loaded["sent"]), (loaded["failures"][:5], err)
-    for tunnel in held:
-        assert (tunnel["failed"], tunnel["connections"]) == (0, 1), (tunnel, tunnel_err)
-        assert tunnel["requests"] >= loaded_for - 15, (tunnel, loaded_for)
-    assert after["metadata"]["uid"] == before["metadata"]["uid"]
-    restarts = [c["restartCount"] for c in after["status"]["containerStatuses"]]
-    assert restarts == [c["restartCount"] for c in before["status"]["containerStatuses"]], restarts
-    assert _tinyproxy_pid(real) == pid
+    for node, (load, held) in results.items():
+        # 20 a second from before the first change until both were in force (a few ticks short at the ends at most).
+        assert load["sent"] >= 20 * (traffic.seconds - 15), (node, load["sent"], traffic.seconds)
+        assert (load["failed"], load["ok"]) == (0, load["sent"]), (node, load["failures"][:5])
+        assert len(held) == TUNNELS
+        for tunnel in held:
+            assert (tunnel["failed"], tunnel["connections"]) == (0, 1), (node, tunnel)
+            assert tunnel["requests"] >= traffic.seconds - 15, (node, tunnel, traffic.seconds)
     now = real.get("daemonset", "http-proxy", "-n", "kube-system")
     assert now["metadata"]["generation"] == daemonset["metadata"]["generation"]
+    for node in real.nodes:
+        after = real.proxy_pod(node)
+        assert after["metadata"]["uid"] == before[node]["metadata"]["uid"]
+        restarts = [c["restartCount"] for c in after["status"]["containerStatuses"]]
+        assert restarts == [c["restartCount"] for c in before[node]["status"]["containerStatuses"]], restarts
+        assert _tinyproxy_pid(real, node) == pids[node]
+        log = _proxy_log(real, node)
+        for secret in (UPSTREAM_PASSWORD, rotated):
+            assert secret not in log
+            assert secret not in json.dumps(now) + json.dumps(after)
     assert "proxy-config-not-loaded" not in after_kinds
     assert "proxy-config-refused" not in after_kinds
-    log = _proxy_log(real)
-    for secret in (UPSTREAM_PASSWORD, rotated):
-        assert secret not in log
-        assert secret not in json.dumps(now) + json.dumps(after)
 
 
 def test_a_pod_mutated_by_the_admission_policy_runs_on_the_real_node_and_reaches_the_origin(
