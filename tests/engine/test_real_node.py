@@ -18,10 +18,13 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -877,6 +880,139 @@ def test_a_password_rotation_and_a_no_upstream_entry_reload_the_proxy_without_a_
             assert secret not in json.dumps(now) + json.dumps(after)
     assert "proxy-config-not-loaded" not in after_kinds
     assert "proxy-config-refused" not in after_kinds
+
+
+def _node_ipv4(real: RealNode, node: str) -> str:
+    addresses = real.get("node", node)["status"]["addresses"]
+    return str(next(a["address"] for a in addresses if a["type"] == "InternalIP" and "." in a["address"]))
+
+
+class Prometheus:
+    """Debian's Prometheus on the host's loopback, scraping each real node's exporter every second (static
+    targets: the nodes' IPv4 addresses, on the links scripts/cluster made), its data in the test's directory."""
+
+    def __init__(self, workdir: Path, targets: dict[str, str]) -> None:
+        binary = shutil.which("prometheus")
+        assert binary is not None, "the real-node lane runs Debian's prometheus: apt-get install prometheus"
+        self.dir = workdir / "prometheus"
+        self.dir.mkdir(exist_ok=True)
+        config = {
+            "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
+            "scrape_configs": [{
+                "job_name": "proxy",
+                "static_configs": [{"targets": [address], "labels": {"node": node}}
+                                   for node, address in sorted(targets.items())],
+            }],
+        }  # fmt: skip
+        (self.dir / "prometheus.yml").write_text(yaml.safe_dump(config))
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.log = (self.dir / "prometheus.log").open("w")
+        self.proc = subprocess.Popen(
+            [binary, f"--config.file={self.dir / 'prometheus.yml'}", f"--storage.tsdb.path={self.dir / 'data'}",
+             f"--web.listen-address=127.0.0.1:{self.port}"],
+            stdout=self.log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        wait(self._ready, "Prometheus ready", timeout=60)
+
+    def _ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/-/ready", timeout=2) as answer:
+                return bool(answer.status == 200)
+        except OSError:
+            return False
+
+    def query(self, expr: str) -> dict[str, tuple[float, float]]:
+        """An instant query: node -> (the sample's timestamp, its value)."""
+        url = f"http://127.0.0.1:{self.port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            body = json.loads(answer.read())
+        assert body["status"] == "success", body
+        return {r["metric"]["node"]: (float(r["value"][0]), float(r["value"][1])) for r in body["data"]["result"]}
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+# What the clients sent through a node's proxy: its accepted connections less the stats page's (probes, exporter).
+CLIENT_CONNECTIONS = "tinyproxy_connections_total - tinyproxy_stathost_requests_total"
+
+
+def test_a_real_prometheus_counts_each_nodes_requests_and_the_metrics_hold_no_secret(
+    real: RealNode, example: Project, clients: dict[str, str]
+) -> None:
+    """Issue 35 must-shows 3 and 4 on both nodes: with `deployment.metrics` on (and an upstream with a password),
+    Debian's Prometheus scrapes each node's exporter every second; a known number of requests from the client on
+    each node (through its own node's proxy) is what that node's series counts; the exporter's page and log hold no
+    credential; and the metrics port is not reachable through the proxy itself (the kernel rules refuse tinyproxy's
+    connections to its node)."""
+    settings = _settings()
+    settings["deployment"]["metrics"] = {"enabled": True}
+    # The nodes' own addresses go direct, not to the upstream: the proxy itself must refuse them.
+    settings["proxy"]["upstream"] = {
+        "url": f"http://{UPSTREAM_USER}:{UPSTREAM_PASSWORD}@upstream.example:3128",
+        "noUpstream": ["10.0.0.0/8", "fd00:10::/64", "127.0.0.1"],
+    }
+    (example.dir / "proxy.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
+    example.up()
+    for node in real.nodes:
+        wait(partial(_ready, real, node), f"{node}'s proxy ready")
+    targets = {node: f"{_node_ipv4(real, node)}:9888" for node in real.nodes}
+    prometheus = Prometheus(real.workdir, targets)
+    try:
+        wait(lambda: {n: v for n, (_, v) in prometheus.query('up{job="proxy"}').items()} == dict.fromkeys(real.nodes, 1.0),
+             "Prometheus scraping both exporters", timeout=60)  # fmt: skip
+        before = prometheus.query(CLIENT_CONNECTIONS)
+        sent_at = time.time()
+        kubectl = ["kubectl", "--kubeconfig", str(real.kubeconfig), "exec"]
+        load = ["--", "/tools/tool", "load", "http://origin.example/counted", "10", "20"]
+        procs = {}
+        for node, pod in clients.items():
+            procs[node] = subprocess.Popen([*kubectl, pod, *load], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                           text=True)  # fmt: skip
+        loads = {}
+        for node, proc in procs.items():
+            out, err = proc.communicate(timeout=120)
+            loads[node] = json.loads(out.strip().splitlines()[-1])
+            assert (loads[node]["sent"], loads[node]["failed"]) == (200, 0), (node, loads[node], err)
+        done = time.time()
+        # A scrape of each node that began after the last request was answered.
+        wait(lambda: all(t > done + 1 for t, _ in prometheus.query(CLIENT_CONNECTIONS).values()),
+             "a scrape of each node after the load", timeout=60)  # fmt: skip
+        after = prometheus.query(CLIENT_CONNECTIONS)
+        scrapes = {node: urllib.request.urlopen(f"http://{t}/metrics", timeout=10).read().decode()
+                   for node, t in targets.items()}  # fmt: skip
+    finally:
+        prometheus.stop()
+    counted = {node: after[node][1] - before[node][1] for node in real.nodes}
+    print(
+        f"realnode: Prometheus (scrape every 1 s) counted {counted} client connections per node; the clients sent "
+        f"{ {node: load['sent'] for node, load in loads.items()} } in {done - sent_at:.1f} s",
+        file=sys.stderr,
+    )
+    for node in real.nodes:
+        # Each request is one connection (the load opens a new one each time) through its own node's proxy; a
+        # probe accepted but not yet logged when a scrape read the page may count for one scrape: 1 either way.
+        assert abs(counted[node] - loads[node]["sent"]) <= 1, (node, counted, loads)
+        assert "tinyproxy_up 1" in scrapes[node], scrapes[node][:500]
+        assert UPSTREAM_PASSWORD not in scrapes[node]
+        pod = real.proxy_pod(node)["metadata"]["name"]
+        for container in ("tinyproxy", "metrics"):
+            assert UPSTREAM_PASSWORD not in real.kubectl("-n", "kube-system", "logs", pod, "-c", container)
+    # Through the proxy, the exporter's port on its own node, by either address, is refused.
+    node4 = _node_ipv4(real, real.node)
+    urls = [f"http://{node4}:9888/metrics", f"http://[{NODE6}]:9888/metrics", "http://127.0.0.1:9888/metrics"]
+    answers = real.fetch(next(iter(clients.values())), *urls, env=("NO_PROXY=", "no_proxy="))
+    for url in urls:
+        assert answers[url].split()[:2] in (["ok", "403"], ["ok", "500"]), (url, answers[url])
+        assert "tinyproxy_up" not in answers[url], (url, answers[url])
 
 
 def test_a_pod_mutated_by_the_admission_policy_runs_on_the_real_node_and_reaches_the_origin(
