@@ -31,6 +31,7 @@ from ..render.env import (
     proxy_config_object,
     reads_proxy_config,
 )
+from ..render.metrics import METRICS_CONTAINER
 from ..render.proxy import (
     APP_LABEL,
     CONTROL_PLANE_LABEL,
@@ -504,7 +505,9 @@ def _proxy(settings: Settings, cluster: Cluster, all_nodes: list[Obj]) -> Iterat
             f"no proxy pod on {len(missing)} node(s): {_shown(missing)} (a taint, a full node or a nodeSelector "
             "keeps it off; with internalTrafficPolicy Local their pods have no proxy)",
         )  # fmt: skip
-    yield from _loaded_configs(settings, cluster, {n: running[n] for n in nodes if n in running})
+    logs = _proxy_logs(settings, cluster, {n: running[n] for n in nodes if n in running})
+    yield from _loaded_configs(settings, cluster, {node: tinyproxy for node, (tinyproxy, _) in logs.items()})
+    yield from _upstream_failing(settings, {node: upstream for node, (_, upstream) in logs.items()})
 
 
 # What the tinyproxy container's watcher says it runs (render.proxy.proxy_command): the config generation and the
@@ -553,32 +556,83 @@ def loaded_config(log: str) -> Loaded | None:
     return found
 
 
-def _loaded_configs(settings: Settings, cluster: Cluster, pods: dict[str, str]) -> Iterator[Finding]:
+# What tinyproxy logs when the upstream proxy cannot be reached, or no upstream is defined for a request (the lines
+# the exporter counts as tinyproxy_upstream_failures_total).
+_UPSTREAM_FAILED = re.compile(
+    r"^[A-Z]+ +[A-Z][a-z]{2} +\d+ (\d\d:\d\d:\d\d)\.\d{3} \[\d+\]: "
+    r"(?:Could not connect to upstream proxy\.|No upstream proxy defined for )"
+)
+LOG_WINDOW = STATUS_PERIOD + 60
+"""Seconds of each proxy pod's log that `check` reads: the watcher repeats what it runs every STATUS_PERIOD."""
+
+
+def _proxy_logs(settings: Settings, cluster: Cluster, pods: dict[str, str]) -> dict[str, tuple[str, str]]:
+    """Each ready proxy pod's log of the last `LOG_WINDOW` seconds, by node: the tinyproxy container's (the
+    watcher's lines) and the one holding tinyproxy's own lines (the same, or the metrics container's when tinyproxy
+    logs to the file the exporter reads). A pod whose log cannot be read (403, 404) is left out: not judged."""
+    d = settings.deployment
+    logs: dict[str, tuple[str, str]] = {}
+    for node, pod in sorted(pods.items()):
+        read: dict[str, str] = {}
+        for container in ("tinyproxy", METRICS_CONTAINER) if d.metrics.enabled else ("tinyproxy",):
+            try:
+                access = Access(POD_LOGS, d.namespace)
+                read[container] = str(
+                    cluster.request(access, pod, d.namespace, container=container, since_seconds=LOG_WINDOW)
+                )
+            except Exception as exc:
+                if getattr(exc, "status", None) is None:
+                    raise
+        if "tinyproxy" in read:
+            logs[node] = (read["tinyproxy"], read.get(METRICS_CONTAINER, read["tinyproxy"]))
+    return logs
+
+
+def upstream_failures(log: str) -> tuple[int, str | None]:
+    """How many times a proxy's log says the upstream could not be reached, and the time of day of the last."""
+    times = [m.group(1) for line in log.splitlines() for m in [_UPSTREAM_FAILED.match(line)] if m]
+    return len(times), (times[-1] if times else None)
+
+
+def _upstream_failing(settings: Settings, logs: dict[str, str]) -> Iterator[Finding]:
+    """A node whose proxy could not reach the upstream proxy in the log's window: what ProxyUpstreamFailing alerts
+    on, from the same lines, for a cluster that runs no Prometheus (or before one is set up)."""
+    upstream = settings.proxy.upstream
+    if upstream is None:
+        return
+    d = settings.deployment
+    host, port = upstream.endpoint  # never the URL: its user info is a credential
+    failing = []
+    for node, log in sorted(logs.items()):
+        count, last = upstream_failures(log)
+        if count:
+            failing.append(f"{node} ({count} times, last at {last})")
+    if failing:
+        yield Finding(
+            "proxy-upstream-failing", f"DaemonSet {d.namespace}/{d.service_name}", "error",
+            f"the proxy on {len(failing)} node(s) could not reach the upstream proxy {host}:{port} in the "
+            f"last {LOG_WINDOW // 60} minutes: {_shown(failing)}. Requests that go through the upstream fail there "
+            "(tinyproxy answers 500); see the runbook, docs/guides/operating.md#the-corporate-proxy-down",
+        )  # fmt: skip
+
+
+def _loaded_configs(settings: Settings, cluster: Cluster, logs: dict[str, str]) -> Iterator[Finding]:
     """A node whose proxy runs an older config than the cluster's config object: another generation (what
     tinyproxy reloads, without credentials), or files the kubelet wrote before the object last changed (a change
-    of the credentials alone keeps the generation: it is told by time, never by a digest of them). Each ready
-    proxy pod's log of the last `STATUS_PERIOD` seconds and a minute is read (the watcher repeats what it runs)."""
+    of the credentials alone keeps the generation: it is told by time, never by a digest of them), from each ready
+    proxy pod's log of the last `LOG_WINDOW` seconds (the watcher repeats what it runs)."""
     d = settings.deployment
     api = SECRETS if config_is_secret(settings) else CONFIG_MAPS
     config = cluster.get_json(Access(api, d.namespace, config_name(settings)))
-    if config is None or not pods:
+    if config is None or not logs:
         return
     want = ((config.get("metadata") or {}).get("annotations") or {}).get(GENERATION_ANNOTATION)
     changed = content_time(config)
     where = f"{config['kind']} {d.namespace}/{config_name(settings)}"
     old: list[str] = []
     refused: list[str] = []
-    for node, pod in sorted(pods.items()):
-        try:
-            log = cluster.request(
-                Access(POD_LOGS, d.namespace), pod, d.namespace, container="tinyproxy",
-                since_seconds=STATUS_PERIOD + 60,
-            )  # fmt: skip
-        except Exception as exc:
-            if getattr(exc, "status", None) is None:
-                raise
-            continue  # no log to read (403, 404): not judged
-        loaded = loaded_config(str(log))
+    for node, log in sorted(logs.items()):
+        loaded = loaded_config(log)
         if loaded is None or want is None:
             continue
         written = loaded.written

@@ -941,6 +941,10 @@ class Prometheus:
         self.log.close()
 
 
+UPSTREAM_DOWN = """table inet pc-upstream-down {
+  chain input { type filter hook input priority 0; tcp dport 3128 reject with tcp reset; }
+}
+"""
 # What the clients sent through a node's proxy: its accepted connections less the stats page's (probes, exporter).
 CLIENT_CONNECTIONS = "tinyproxy_connections_total - tinyproxy_stathost_requests_total"
 
@@ -989,8 +993,27 @@ def test_a_real_prometheus_counts_each_nodes_requests_and_the_metrics_hold_no_se
         after = prometheus.query(CLIENT_CONNECTIONS)
         scrapes = {node: urllib.request.urlopen(f"http://{t}/metrics", timeout=10).read().decode()
                    for node, t in targets.items()}  # fmt: skip
+        # The corporate proxy down (its port refuses, in "the internet"): each node's proxy counts the failures,
+        # Prometheus sees them, and `check` names both nodes.
+        run("ip", "netns", "exec", real.internet, "nft", "-f", "-", input=UPSTREAM_DOWN)
+        try:
+            for pod in clients.values():
+                answer = real.fetch(pod, "http://origin.example/down")["http://origin.example/down"]
+                assert " saw " not in answer, answer
+            wait(lambda: all(v > 0 for _, v in prometheus.query("tinyproxy_upstream_failures_total").values())
+                 and len(prometheus.query("tinyproxy_upstream_failures_total")) == NODES,
+                 "Prometheus to see the upstream failing on both nodes", timeout=60)  # fmt: skip
+            result = run(sys.executable, "-m", "proxy_component.cli", "check", str(example.dir / "proxy.yaml"),
+                         "--kubeconfig", str(real.kubeconfig), "--json", check=False, timeout=120, cwd=ROOT)  # fmt: skip
+        finally:
+            run("ip", "netns", "exec", real.internet, "nft", "delete", "table", "inet", "pc-upstream-down")
     finally:
         prometheus.stop()
+    [failing] = [f for f in json.loads(result.stdout) if f["kind"] == "proxy-upstream-failing"]
+    assert "could not reach the upstream proxy upstream.example:3128" in failing["message"], failing
+    for node in real.nodes:
+        assert f"{node} (" in failing["message"], failing
+    assert UPSTREAM_PASSWORD not in result.stdout + result.stderr
     counted = {node: after[node][1] - before[node][1] for node in real.nodes}
     print(
         f"realnode: Prometheus (scrape every 1 s) counted {counted} client connections per node; the clients sent "

@@ -50,9 +50,10 @@ class FakeApi:
 
             def log(name: str, namespace: str, **kwargs: Any) -> str:
                 self.log_calls.append({"name": name, "namespace": namespace, **kwargs})
-                if name not in self.logs:
-                    raise ApiException(status=404, reason="Not Found")
-                return self.logs[name]
+                for key in (f"{name}/{kwargs.get('container')}", name):  # one container's log, else the pod's
+                    if key in self.logs:
+                        return self.logs[key]
+                raise ApiException(status=404, reason="Not Found")
 
             return log
         verb, _, kind = call.partition("_")
@@ -370,3 +371,51 @@ def test_a_kubelet_directory_that_is_no_date_gives_no_time() -> None:
 
     assert Loaded(generation="0" * 16, files="..2026_13_45_25_61_99.123").written is None
     assert Loaded(generation="0" * 16, files="..2026_11_27_03_00_00.1").written is not None
+
+
+# --- a node whose proxy cannot reach the upstream (issue 35 item 3) ----------------------------------------------------
+
+UNREACHABLE = "WARNING   Nov 27 03:0{}:00.000 [7]: Could not connect to upstream proxy."
+
+
+def test_a_node_whose_proxy_could_not_reach_the_upstream_is_named_without_the_credentials() -> None:
+    upstream = {"url": "http://svc:S3cret-Pa55@proxy.corp.example:3128"}
+    settings = parse_settings({**SETTINGS, "proxy": {"upstream": upstream}})
+    log = _log("x", "..2026_11_27_03_00_00.1", UNREACHABLE.format(1), "ERROR     Nov 27 03:01:00.000 [7]: other",
+               UNREACHABLE.format(4))  # fmt: skip
+    found = [f for f in check_cluster(settings, _cluster(settings, logs={"http-proxy-a": log}))]
+    [failing] = [f for f in found if f.kind == "proxy-upstream-failing"]
+    assert (failing.object, failing.severity) == ("DaemonSet kube-system/http-proxy", "error")
+    assert "could not reach the upstream proxy proxy.corp.example:3128 in the last 11 minutes" in failing.message
+    assert "n1 (2 times, last at 03:04:00)" in failing.message
+    assert "S3cret-Pa55" not in str(failing)
+    assert "svc" not in failing.message
+    # No such line: nothing; the same lines without an upstream configured: nothing to judge.
+    quiet = _log("x", "..2026_11_27_03_00_00.1")
+    assert "proxy-upstream-failing" not in {
+        f.kind for f in check_cluster(settings, _cluster(settings, logs={"http-proxy-a": quiet}))
+    }
+    direct = parse_settings(SETTINGS)
+    assert "proxy-upstream-failing" not in {
+        f.kind for f in check_cluster(direct, _cluster(direct, logs={"http-proxy-a": log}))
+    }
+
+
+def test_with_metrics_on_the_upstream_failures_are_read_from_the_metrics_containers_log() -> None:
+    """tinyproxy then logs to the file the exporter reads, and the exporter passes its lines on: the tinyproxy
+    container's log has the watcher's lines alone."""
+    upstream = {"url": "http://proxy.corp.example:3128"}
+    settings = parse_settings(
+        {**SETTINGS, "proxy": {"upstream": upstream}, "deployment": {"metrics": {"enabled": True}}}
+    )
+    logs = {
+        "http-proxy-a/tinyproxy": _log("x", "..2026_11_27_03_00_00.1"),
+        "http-proxy-a/metrics": UNREACHABLE.format(2),
+    }
+    cluster = _cluster(settings, logs=logs)
+    kinds = [f.kind for f in check_cluster(settings, cluster)]
+    assert "proxy-upstream-failing" in kinds, kinds
+    assert [(c["container"], c["since_seconds"]) for c in cluster.clients["core"].log_calls] == [
+        ("tinyproxy", 660),
+        ("metrics", 660),
+    ]
