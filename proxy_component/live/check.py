@@ -556,11 +556,11 @@ def loaded_config(log: str) -> Loaded | None:
     return found
 
 
-# What tinyproxy logs when the upstream proxy cannot be reached, or no upstream is defined for a request (the lines
-# the exporter counts as tinyproxy_upstream_failures_total).
+# What tinyproxy logs when the upstream proxy cannot be reached, or answers 407 (the image's patch 0005), or none
+# is defined for a request: the lines the exporter counts as tinyproxy_upstream_failures_total, by cause.
 _UPSTREAM_FAILED = re.compile(
     r"^[A-Z]+ +[A-Z][a-z]{2} +\d+ (\d\d:\d\d:\d\d)\.\d{3} \[\d+\]: "
-    r"(?:Could not connect to upstream proxy\.|No upstream proxy defined for )"
+    r"(Could not connect to upstream proxy\.|No upstream proxy defined for |Upstream proxy \S+ refused the request: 407)"
 )
 LOG_WINDOW = STATUS_PERIOD + 60
 """Seconds of each proxy pod's log that `check` reads: the watcher repeats what it runs every STATUS_PERIOD."""
@@ -588,10 +588,12 @@ def _proxy_logs(settings: Settings, cluster: Cluster, pods: dict[str, str]) -> d
     return logs
 
 
-def upstream_failures(log: str) -> tuple[int, str | None]:
-    """How many times a proxy's log says the upstream could not be reached, and the time of day of the last."""
-    times = [m.group(1) for line in log.splitlines() for m in [_UPSTREAM_FAILED.match(line)] if m]
-    return len(times), (times[-1] if times else None)
+def upstream_failures(log: str) -> tuple[int, int, str | None]:
+    """How many times a proxy's log says the upstream could not serve a request, how many of them were a 407 (its
+    credentials refused), and the time of day of the last."""
+    found = [m for line in log.splitlines() for m in [_UPSTREAM_FAILED.match(line)] if m]
+    refused = sum(1 for m in found if m.group(2).startswith("Upstream proxy "))
+    return len(found), refused, (found[-1].group(1) if found else None)
 
 
 def _upstream_failing(settings: Settings, logs: dict[str, str]) -> Iterator[Finding]:
@@ -604,13 +606,14 @@ def _upstream_failing(settings: Settings, logs: dict[str, str]) -> Iterator[Find
     host, port = upstream.endpoint  # never the URL: its user info is a credential
     failing = []
     for node, log in sorted(logs.items()):
-        count, last = upstream_failures(log)
+        count, refused, last = upstream_failures(log)
         if count:
-            failing.append(f"{node} ({count} times, last at {last})")
+            auth = f", {refused} of them 407: its credentials refused" if refused else ""
+            failing.append(f"{node} ({count} times{auth}, last at {last})")
     if failing:
         yield Finding(
             "proxy-upstream-failing", f"DaemonSet {d.namespace}/{d.service_name}", "error",
-            f"the proxy on {len(failing)} node(s) could not reach the upstream proxy {host}:{port} in the "
+            f"the proxy on {len(failing)} node(s) was not served by the upstream proxy {host}:{port} in the "
             f"last {LOG_WINDOW // 60} minutes: {_shown(failing)}. Requests that go through the upstream fail there "
             "(tinyproxy answers 500); see the runbook, docs/guides/operating.md#the-corporate-proxy-down",
         )  # fmt: skip

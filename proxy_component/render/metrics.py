@@ -204,13 +204,14 @@ def _alerts(settings: Settings) -> list[Obj]:
         },
         {
             "alert": "ProxyUpstreamFailing",
-            "expr": f"increase(tinyproxy_upstream_failures_total{{{pods}}}[5m]) > 0",
+            "expr": f"sum by (namespace, pod) (increase(tinyproxy_upstream_failures_total{{{pods}}}[5m])) > 0",
             "for": "5m",
             "labels": {"severity": "critical"},
             "annotations": {
-                "summary": "The node proxy {{ $labels.pod }} cannot reach the corporate proxy.",
-                "runbook": "Every node failing: the corporate proxy is down or unreachable, call its owners; one node "
-                "failing: that node's route or firewall. Confirm with proxy-component check --probe URL.",
+                "summary": "The corporate proxy does not serve the node proxy {{ $labels.pod }}.",
+                "runbook": "tinyproxy_upstream_failures_total by cause: unreachable on every node, the corporate proxy "
+                "is down, call its owners; on one node, that node's route or firewall; auth (it answers 407), the "
+                "credentials in proxy.upstream were rotated or locked there. Confirm with proxy-component check.",
                 "runbook_url": _doc("the-corporate-proxy-down"),
             },
         },
@@ -306,7 +307,7 @@ def grafana_dashboard(settings: Settings) -> str:
             "Refusals per second, by cause",
             [
                 (f"sum by (cause) (rate(tinyproxy_refusals_total{{{pods}}}[5m]))", "{{cause}}"),
-                (f"sum(rate(tinyproxy_bad_connections_total{{{pods}}}[5m]))", "bad (CONNECT port, malformed)"),
+                (f"sum(rate(tinyproxy_bad_connections_total{{{pods}}}[5m]))", "bad (malformed, CONNECT port)"),
                 (f"sum(increase(tinyproxy_capacity_reached_total{{{pods}}}[5m]))", "capacity reached"),
             ],
             0,
@@ -314,8 +315,8 @@ def grafana_dashboard(settings: Settings) -> str:
         ),
         _panel(
             4,
-            "Upstream failures per second, by node",
-            [(f"rate(tinyproxy_upstream_failures_total{{{pods}}}[5m])", "{{node}}")],
+            "Upstream failures per second, by node and cause",
+            [(f"sum by (node, cause) (rate(tinyproxy_upstream_failures_total{{{pods}}}[5m]))", "{{node}} {{cause}}")],
             12,
             8,
         ),

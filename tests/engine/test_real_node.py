@@ -1010,7 +1010,7 @@ def test_a_real_prometheus_counts_each_nodes_requests_and_the_metrics_hold_no_se
     finally:
         prometheus.stop()
     [failing] = [f for f in json.loads(result.stdout) if f["kind"] == "proxy-upstream-failing"]
-    assert "could not reach the upstream proxy upstream.example:3128" in failing["message"], failing
+    assert "was not served by the upstream proxy upstream.example:3128" in failing["message"], failing
     for node in real.nodes:
         assert f"{node} (" in failing["message"], failing
     assert UPSTREAM_PASSWORD not in result.stdout + result.stderr

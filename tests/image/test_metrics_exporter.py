@@ -124,6 +124,16 @@ class H(http.server.BaseHTTPRequestHandler):
 http.server.ThreadingHTTPServer((sys.argv[1], 80), H).serve_forever()
 """
 
+# The corporate proxy refusing the credentials: every request gets 407 (patch 0005 makes tinyproxy log it).
+UPSTREAM_407 = """
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(407); self.send_header("Proxy-Authenticate", 'Basic realm="corp"')
+        self.send_header("Content-Length", "0"); self.end_headers()
+    def log_message(self, *a): pass
+http.server.ThreadingHTTPServer((sys.argv[1], 3128), H).serve_forever()
+"""
 HOLD = """
 import socket, sys
 held = [socket.create_connection(("127.0.0.1", 8888), timeout=10) for _ in range(int(sys.argv[1]))]
@@ -214,13 +224,22 @@ def test_every_kind_of_request_is_counted_exactly_and_nothing_secret_is_served(i
         assert before[f'tinyproxy_config_info{{generation="{generation}"}}'] == 1
         assert before["tinyproxy_max_clients"] == MAX_CLIENTS
 
-        sent = {"ok": 5, "allow": 3, "filter": 2, "port": 2, "upstream": 2}
+        sent = {"ok": 5, "allow": 3, "filter": 2, "port": 2, "upstream": 2, "auth": 2}
         statuses = [_request(n, f"GET http://{ORIGIN}/ HTTP/1.1\r\nHost: {ORIGIN}") for _ in range(sent["ok"])]
         statuses += [_request(n, f"GET http://{ORIGIN}/ HTTP/1.1\r\nHost: {ORIGIN}", OUTSIDER) for _ in range(3)]
         statuses += [_request(n, "GET http://127.0.0.1:9888/metrics HTTP/1.1\r\nHost: 127.0.0.1") for _ in range(2)]
         statuses += [_request(n, f"CONNECT {ORIGIN}:22 HTTP/1.1\r\nHost: {ORIGIN}:22") for _ in range(2)]
         statuses += [_request(n, f"GET http://{ELSEWHERE}/ HTTP/1.1\r\nHost: {ELSEWHERE}") for _ in range(2)]
         assert [s.split(" ", 1)[1][:3] for s in statuses] == ["200"] * 5 + ["403"] * 7 + ["502"] * 2, statuses
+        # Then the corporate proxy is up but refuses the credentials: the client gets its 407.
+        upstream = subprocess.Popen(["ip", "netns", "exec", n.netns, "python3", "-c", UPSTREAM_407, UPSTREAM])
+        try:
+            n.run(LISTENING, UPSTREAM, "3128")
+            refused = [_request(n, f"GET http://{ELSEWHERE}/ HTTP/1.1\r\nHost: {ELSEWHERE}") for _ in range(2)]
+        finally:
+            upstream.kill()
+            upstream.wait(timeout=10)
+        assert [s.split(" ", 1)[1][:3] for s in refused] == ["407"] * sent["auth"], refused
 
         after = n.metrics()
         delta = {k: after[k] - before.get(k, 0) for k in after}
@@ -228,24 +247,32 @@ def test_every_kind_of_request_is_counted_exactly_and_nothing_secret_is_served(i
         assert clients == sum(sent.values()) + 0  # the exporter's own stats requests are the stathost ones
         assert delta['tinyproxy_refusals_total{cause="allow"}'] == sent["allow"]
         assert delta['tinyproxy_refusals_total{cause="filter"}'] == sent["filter"]
+        assert delta['tinyproxy_refusals_total{cause="connect_port"}'] == sent["port"]  # patch 0005: at Notice
         assert delta["tinyproxy_denied_connections_total"] == sent["allow"] + sent["filter"]
         # tinyproxy counts a filtered request as bad too (process_request fails): bad less the Filter's refusals is
         # the CONNECT ports refused, here exactly (no malformed request was sent).
         assert delta["tinyproxy_bad_connections_total"] == sent["port"] + sent["filter"]
-        assert delta["tinyproxy_upstream_failures_total"] == sent["upstream"]
+        assert delta['tinyproxy_upstream_failures_total{cause="unreachable"}'] == sent["upstream"]
+        assert delta['tinyproxy_upstream_failures_total{cause="auth"}'] == sent["auth"]  # patch 0005
+        assert delta['tinyproxy_upstream_failures_total{cause="no_upstream"}'] == 0
         assert after["tinyproxy_connections_open"] == 0
 
         # The endpoint and the passed-on log: no credential, no probe line, each refusal and failure with its cause.
         body = n.scrape()
         assert PASSWORD not in body
         assert "svc" not in body
-        _wait("the exporter to pass the upstream failures on", lambda: n.stdout.read_text().count("upstream") >= 2)
+        _wait("the exporter to pass the upstream failures on",
+              lambda: n.stdout.read_text().lower().count("upstream proxy") >= sent["upstream"] + sent["auth"])  # fmt: skip
         log = n.stdout.read_text()
         assert PASSWORD not in log
         assert "stathost" not in log
         assert log.count('Unauthorized connection from "127.0.0.2"') == sent["allow"]
         assert log.count('Proxying refused on filtered domain "127.0.0.1"') == sent["filter"]
         assert log.count("Could not connect to upstream proxy.") == sent["upstream"]
+        line = f"Upstream proxy {UPSTREAM}:3128 refused the request: 407 Proxy Authentication Required"
+        assert log.count(line) == sent["auth"], log[-2000:]
+        assert log.count("Refused CONNECT method on port 22") == sent["port"]
+        assert "svc" not in log
         # The whole file tinyproxy wrote holds the probes' lines; the exporter freed what it read (a sparse file).
         raw = n.root / LOG_FILE.lstrip("/")
         assert raw.stat().st_blocks * 512 < raw.stat().st_size or raw.stat().st_size < 4096

@@ -382,12 +382,13 @@ def test_a_node_whose_proxy_could_not_reach_the_upstream_is_named_without_the_cr
     upstream = {"url": "http://svc:S3cret-Pa55@proxy.corp.example:3128"}
     settings = parse_settings({**SETTINGS, "proxy": {"upstream": upstream}})
     log = _log("x", "..2026_11_27_03_00_00.1", UNREACHABLE.format(1), "ERROR     Nov 27 03:01:00.000 [7]: other",
-               UNREACHABLE.format(4))  # fmt: skip
+               UNREACHABLE.format(4), "WARNING   Nov 27 03:05:00.000 [7]: Upstream proxy proxy.corp.example:3128 "
+               "refused the request: 407 Proxy Authentication Required")  # fmt: skip
     found = [f for f in check_cluster(settings, _cluster(settings, logs={"http-proxy-a": log}))]
     [failing] = [f for f in found if f.kind == "proxy-upstream-failing"]
     assert (failing.object, failing.severity) == ("DaemonSet kube-system/http-proxy", "error")
-    assert "could not reach the upstream proxy proxy.corp.example:3128 in the last 11 minutes" in failing.message
-    assert "n1 (2 times, last at 03:04:00)" in failing.message
+    assert "was not served by the upstream proxy proxy.corp.example:3128 in the last 11 minutes" in failing.message
+    assert "n1 (3 times, 1 of them 407: its credentials refused, last at 03:05:00)" in failing.message
     assert "S3cret-Pa55" not in str(failing)
     assert "svc" not in failing.message
     # No such line: nothing; the same lines without an upstream configured: nothing to judge.

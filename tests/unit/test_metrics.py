@@ -246,8 +246,25 @@ def test_promtool_checks_and_tests_every_alert(tmp_path: Path) -> None:
             "60m",
             [],
         ),
-        case([_series("tinyproxy_upstream_failures_total", POD, "0 0 0 0+5x12")], "ProxyUpstreamFailing", "12m", [POD]),
-        case([_series("tinyproxy_upstream_failures_total", POD, "0x15")], "ProxyUpstreamFailing", "12m", []),
+        # The corporate proxy answering 407 (cause auth) while it is reachable: the pod's failures, every cause.
+        case(
+            [
+                _series("tinyproxy_upstream_failures_total", {**POD, "cause": "unreachable"}, "0x15"),
+                _series("tinyproxy_upstream_failures_total", {**POD, "cause": "auth"}, "0 0 0 0+5x12"),
+            ],
+            "ProxyUpstreamFailing",
+            "12m",
+            [{"namespace": POD["namespace"], "pod": POD["pod"]}],
+        ),
+        case(
+            [
+                _series("tinyproxy_upstream_failures_total", {**POD, "cause": c}, "0x15")
+                for c in ("unreachable", "auth")
+            ],
+            "ProxyUpstreamFailing",
+            "12m",
+            [],
+        ),
         case(
             [
                 _series("tinyproxy_config_info", {**POD, "generation": "aaaa"}, "1x30"),

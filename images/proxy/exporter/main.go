@@ -56,7 +56,7 @@ const statHostMessage = "Request for the stathost."
 type counters struct {
 	stathost       uint64
 	refusals       map[string]uint64 // by cause
-	upstream       uint64
+	upstream       map[string]uint64 // by cause
 	capacity       uint64
 	reloads        map[string]uint64 // by result
 	starts         uint64
@@ -68,7 +68,8 @@ type counters struct {
 
 func newCounters() *counters {
 	return &counters{
-		refusals: map[string]uint64{"allow": 0, "filter": 0},
+		refusals: map[string]uint64{"allow": 0, "filter": 0, "connect_port": 0},
+		upstream: map[string]uint64{"unreachable": 0, "no_upstream": 0, "auth": 0},
 		reloads:  map[string]uint64{"success": 0, "failure": 0},
 		messages: map[string]uint64{"critical": 0, "error": 0, "warning": 0, "notice": 0},
 	}
@@ -110,8 +111,14 @@ func (e *exporter) count(line string) bool {
 		e.c.refusals["filter"]++
 	case strings.HasPrefix(msg, "Maximum number of connections reached"):
 		e.c.capacity++
-	case msg == "Could not connect to upstream proxy." || strings.HasPrefix(msg, "No upstream proxy defined for "):
-		e.c.upstream++
+	case strings.HasPrefix(msg, "Refused CONNECT method on port "): // patch 0005: at Notice
+		e.c.refusals["connect_port"]++
+	case msg == "Could not connect to upstream proxy.":
+		e.c.upstream["unreachable"]++
+	case strings.HasPrefix(msg, "No upstream proxy defined for "):
+		e.c.upstream["no_upstream"]++
+	case strings.HasPrefix(msg, "Upstream proxy ") && strings.HasSuffix(msg, " 407 Proxy Authentication Required"): // patch 0005
+		e.c.upstream["auth"]++
 	case msg == "Reloading config file finished":
 		if !e.c.starting {
 			e.c.reloads["success"]++
@@ -339,8 +346,11 @@ func (e *exporter) metrics() []byte {
 	}
 	newFam("tinyproxy_capacity_reached_total", "counter",
 		"Times tinyproxy reached MaxClients and stopped accepting, from the log.").add("", c.capacity)
-	newFam("tinyproxy_upstream_failures_total", "counter",
-		"Connections to the upstream proxy that failed, from the log.").add("", c.upstream)
+	upf := newFam("tinyproxy_upstream_failures_total", "counter",
+		"Requests the upstream proxy did not serve, by cause (unreachable, no_upstream, auth: it answered 407), from the log.")
+	for _, k := range sortedKeys(c.upstream) {
+		upf.add(fmt.Sprintf(`{cause="%s"}`, k), c.upstream[k])
+	}
 	rel := newFam("tinyproxy_config_reloads_total", "counter", "Config reloads, by result, from the log.")
 	for _, k := range sortedKeys(c.reloads) {
 		rel.add(fmt.Sprintf(`{result="%s"}`, k), c.reloads[k])

@@ -46,6 +46,9 @@ func TestCountsAndPassesOn(t *testing.T) {
 		prefix+`Unauthorized connection from "10.1.2.3".`,
 		prefix+`Proxying refused on filtered domain "169.254.169.254"`,
 		"WARNING   Nov 27 04:27:12.039 [13623]: Could not connect to upstream proxy.",
+		prefix+"Refused CONNECT method on port 25",
+		"WARNING   Nov 27 04:27:12.039 [13623]: Upstream proxy proxy.corp:3128 refused the request: 407 Proxy Authentication Required",
+		"WARNING   Nov 27 04:27:12.039 [13623]: No upstream proxy defined for example.com.",
 		"WARNING   Nov 27 04:27:12.039 [13623]: Maximum number of connections reached. Refusing new connections.",
 		prefix+"Reloading config file finished",
 		"WARNING   Nov 27 04:27:12.039 [13623]: Reloading config file failed!",
@@ -54,15 +57,16 @@ func TestCountsAndPassesOn(t *testing.T) {
 	e.drain()
 	c := e.c
 	if c.starts != 1 || c.reloads["success"] != 1 || c.reloads["failure"] != 1 || c.stathost != 1 ||
-		c.refusals["allow"] != 1 || c.refusals["filter"] != 1 || c.upstream != 1 || c.capacity != 1 {
+		c.refusals["allow"] != 1 || c.refusals["filter"] != 1 || c.refusals["connect_port"] != 1 ||
+		c.upstream["unreachable"] != 1 || c.upstream["auth"] != 1 || c.upstream["no_upstream"] != 1 || c.capacity != 1 {
 		t.Fatalf("counts: %+v", c)
 	}
 	text := out.String()
 	if strings.Contains(text, "stathost") || strings.Contains(text, "svc:pw") || !strings.Contains(text, "http://<redacted>@proxy.corp") {
 		t.Fatalf("passed on:\n%s", text)
 	}
-	if strings.Count(text, "\n") != 9 {
-		t.Fatalf("want 9 lines passed on, got:\n%s", text)
+	if strings.Count(text, "\n") != 12 {
+		t.Fatalf("want 12 lines passed on, got:\n%s", text)
 	}
 }
 
