@@ -1087,6 +1087,14 @@ class MetricsSettings(_Model):
         default_factory=dict,
         description="Labels added to the PodMonitor and PrometheusRule, e.g. the `release` a Prometheus selects.",
     )
+    firewall_counters: bool = Field(
+        default=False,
+        description="Also export the kernel rules' counters (tinyproxy_firewall_refusals_total by rule: the node, "
+        "denied and cluster ranges, each per-client limit, the loopback reserve). Reading them needs CAP_NET_ADMIN in "
+        "the node's network: a third container, root with NET_ADMIN alone (as the firewall init container), lists the "
+        "table every 15 s into the log volume. NET_ADMIN there could also rewrite the node's firewall, which is why "
+        "it is off by default. Needs deployment.firewall.enabled.",
+    )
 
     @field_validator("labels")
     @classmethod
@@ -1858,6 +1866,16 @@ def _traffic_distribution_version(settings: Settings) -> Iterator[str]:
             f"deployment.trafficDistribution: {chosen!r} is refused by the API server of cluster.kubernetesVersion "
             f"{settings.cluster.kubernetes_version!r} (expected Kubernetes 1.{first} or later for {chosen}; auto or "
             "none leave it unset on older clusters)"
+        )
+
+
+@_check("deployment.metrics", "deployment.firewall")
+def _firewall_counters(settings: Settings) -> Iterator[str]:
+    d = settings.deployment
+    if d.metrics.enabled and d.metrics.firewall_counters and not d.firewall.enabled:
+        yield (
+            "deployment.metrics.firewallCounters: true reads the counters of the kernel rules that "
+            "deployment.firewall.enabled: false leaves out (expected firewallCounters: false, or the firewall on)"
         )
 
 

@@ -14,12 +14,15 @@ from ..settings import STAT_HOST, Settings
 
 __all__ = [
     "ALERTS",
+    "COUNTERS_CONTAINER",
+    "COUNTERS_FILE",
     "DASHBOARD_KEY",
     "GENERATION_KEY",
     "LOG_DIR",
     "LOG_FILE",
     "LOG_VOLUME",
     "METRICS_CONTAINER",
+    "firewall_counters_container",
     "grafana_dashboard",
     "grafana_dashboard_object",
     "log_file_container",
@@ -41,6 +44,9 @@ GENERATION_KEY = "generation"
 the tinyproxy container's watcher logs and the exporter reads."""
 DASHBOARD_KEY = "proxy-component.json"
 EXPORTER = "proxy-exporter"
+COUNTERS_CONTAINER = "firewall-counters"
+COUNTERS_FILE = f"{LOG_DIR}/firewall.json"
+COUNTERS_PERIOD = 15  # seconds between two listings of the kernel rules' counters
 
 
 def scrape_annotations(settings: Settings) -> dict[str, str]:
@@ -97,6 +103,7 @@ def metrics_container(settings: Settings) -> Obj:
             f"{d.config_dir}/{GENERATION_KEY}",
             "--max-clients",
             str(d.max_clients),
+            *(["--firewall-counters", COUNTERS_FILE] if m.firewall_counters and d.firewall.enabled else []),
         ],
         "ports": [{"name": "metrics", "containerPort": m.port, "hostPort": m.port, "protocol": "TCP"}],
         "livenessProbe": {
@@ -111,6 +118,44 @@ def metrics_container(settings: Settings) -> Obj:
             {"name": "config", "mountPath": d.config_dir, "readOnly": True},
             {"name": LOG_VOLUME, "mountPath": LOG_DIR},
         ],
+    }
+
+
+def firewall_counters_container(settings: Settings) -> Obj:
+    """`metrics.firewallCounters`: root with NET_ADMIN alone (as the firewall init container), on the node's network,
+    listing the proxy's nftables table as JSON every `COUNTERS_PERIOD` seconds into the log volume, where the
+    exporter reads the refusing rules' counters by their comments (`proxy.FIREWALL_RULES`). It reads the table and
+    writes one file, readable by the pod's group (the exporter's); it has no listener and reads nothing a client
+    sends. The image's busybox has no `mv`: the file is rewritten in place, and the exporter keeps the last
+    listing that parsed."""
+    from .proxy import FIREWALL_TABLE
+
+    d = settings.deployment
+    script = "; ".join(
+        [
+            "trap 'exit 0' TERM INT",
+            "umask 027",
+            f"while :; do nft -j list table inet {FIREWALL_TABLE} > {COUNTERS_FILE}",
+            f"sleep {COUNTERS_PERIOD} & wait $!",
+            "done",
+        ]
+    )
+    return {
+        "name": COUNTERS_CONTAINER,
+        "image": d.firewall.image,
+        "imagePullPolicy": d.image_pull_policy,
+        "command": ["/bin/sh", "-c", script],
+        "resources": {"requests": {"cpu": "1m", "memory": "8Mi"}, "limits": {"cpu": "50m", "memory": "32Mi"}},
+        "securityContext": {
+            "runAsUser": 0,
+            "runAsGroup": d.run_as_user,
+            "runAsNonRoot": False,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "privileged": False,
+            "capabilities": {"drop": ["ALL"], "add": ["NET_ADMIN"]},
+        },
+        "volumeMounts": [{"name": LOG_VOLUME, "mountPath": LOG_DIR}],
     }
 
 

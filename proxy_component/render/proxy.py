@@ -19,6 +19,7 @@ from .metrics import (
     LOG_DIR,
     LOG_FILE,
     LOG_VOLUME,
+    firewall_counters_container,
     log_file_container,
     metrics_container,
     scrape_annotations,
@@ -190,7 +191,6 @@ def firewall_rules(settings: Settings, network: NetworkValues | None = None) -> 
     d = settings.deployment
     uid = f"meta skuid {d.run_as_user}"
     match = f"{uid} tcp flags syn / syn,ack"
-    reject = "counter reject with tcp reset"
     keywords = {4: "ip", 6: "ip6"}
     lines = [
         "# Rendered by proxy-component. What tinyproxy (its own UID) may never connect to, whatever name or",
@@ -211,23 +211,36 @@ def firewall_rules(settings: Settings, network: NetworkValues | None = None) -> 
             "    # The upstream proxy, at this address and port only.",
             f"    {uid} ip daddr {address} tcp dport {upstream.endpoint[1]} counter accept",
         ]
-    lines.append(f"    {match} fib daddr type local {reject}")
+    lines.append(f"    {match} fib daddr type local {_reject('node')}")
 
-    def refuse(comment: str, cidrs: Sequence[str]) -> None:
+    def refuse(comment: str, rule: str, cidrs: Sequence[str]) -> None:
         rules = []
         for version in (4, 6):
             nets = [c for c in cidrs if ipaddress.ip_network(c).version == version]
             if nets:
-                rules.append(f"    {match} {keywords[version]} daddr {{ {', '.join(nets)} }} {reject}")
+                rules.append(f"    {match} {keywords[version]} daddr {{ {', '.join(nets)} }} {_reject(rule)}")
         if rules:
             lines.extend([f"    # {comment}", *rules])
 
-    refuse("Link-local and the clouds' metadata endpoints (firewall.denyCidrs).", d.firewall.deny_cidrs)
+    refuse("Link-local and the clouds' metadata endpoints (firewall.denyCidrs).", "deny-ranges", d.firewall.deny_cidrs)
     refuse(
-        "The cluster's pod, service and node ranges: pods call those directly.", settings.cluster_destinations(network)
+        "The cluster's pod, service and node ranges: pods call those directly.",
+        "cluster-ranges",
+        settings.cluster_destinations(network),
     )
     lines += ["  }", *_client_limits(settings, network), "}"]
     return "\n".join(lines) + "\n"
+
+
+FIREWALL_RULES = ("node", "deny-ranges", "cluster-ranges", "per-client-connections", "per-client-rate",
+                  "loopback-reserve")  # fmt: skip
+"""The refusing rules' comments: the `rule` label of tinyproxy_firewall_refusals_total (`metrics.firewallCounters`)."""
+
+
+def _reject(rule: str) -> str:
+    """A refusing rule's end: counted, a TCP reset, and its name as the rule's comment (what the counters read)."""
+    assert rule in FIREWALL_RULES, rule
+    return f'counter reject with tcp reset comment "{rule}"'
 
 
 def loopback_reserve(max_clients: int) -> int:
@@ -252,7 +265,6 @@ def _client_limits(settings: Settings, network: NetworkValues | None) -> list[st
     d = settings.deployment
     port = f"tcp dport {d.port}"
     new = "ct state new"
-    reject = "counter reject with tcp reset"
     per_client = d.firewall.max_connections_per_client
     rate = d.firewall.new_connections_per_client_per_second
     reserve = loopback_reserve(d.max_clients)
@@ -276,7 +288,8 @@ def _client_limits(settings: Settings, network: NetworkValues | None) -> list[st
             f"    # At most {per_client} open connections per source address (firewall.maxConnectionsPerClient)."
         )
         lines += [
-            f"    {new} meter clients{v} size 65535 {{ {kw} saddr ct count over {per_client} }} {reject}"
+            f"    {new} meter clients{v} size 65535 {{ {kw} saddr ct count over {per_client} }} "
+            f"{_reject('per-client-connections')}"
             for v, kw in keywords.items()
         ]
     if rate:
@@ -286,13 +299,13 @@ def _client_limits(settings: Settings, network: NetworkValues | None) -> list[st
         )
         lines += [
             f"    {new} meter rate{v} size 65535 {{ {kw} saddr limit rate over {rate}/second burst {2 * rate} packets }}"
-            f" {reject}"
+            f" {_reject('per-client-rate')}"
             for v, kw in keywords.items()
         ]
     if reserve:
         lines += [
             f"    # {reserve} of maxClients ({d.max_clients}) kept for loopback: the probes pass while pods hold the rest.",
-            f"    {new} ct count over {d.max_clients - reserve} {reject}",
+            f"    {new} ct count over {d.max_clients - reserve} {_reject('loopback-reserve')}",
         ]
     return [*lines, "  }"]
 
@@ -549,6 +562,8 @@ def daemonset(settings: Settings, restart: Any) -> Obj:
         init.append(log_file_container(settings))
         tinyproxy_mounts.append({"name": LOG_VOLUME, "mountPath": LOG_DIR})
         sidecars.append(metrics_container(settings))
+        if d.metrics.firewall_counters and d.firewall.enabled:
+            sidecars.append(firewall_counters_container(settings))
         volumes.append({"name": LOG_VOLUME, "emptyDir": {}})
     if init:
         pod_spec["initContainers"] = init

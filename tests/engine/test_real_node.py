@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -958,7 +959,7 @@ def test_a_real_prometheus_counts_each_nodes_requests_and_the_metrics_hold_no_se
     credential; and the metrics port is not reachable through the proxy itself (the kernel rules refuse tinyproxy's
     connections to its node)."""
     settings = _settings()
-    settings["deployment"]["metrics"] = {"enabled": True}
+    settings["deployment"]["metrics"] = {"enabled": True, "firewallCounters": True}
     # The nodes' own addresses go direct, not to the upstream: the proxy itself must refuse them.
     settings["proxy"]["upstream"] = {
         "url": f"http://{UPSTREAM_USER}:{UPSTREAM_PASSWORD}@upstream.example:3128",
@@ -1036,6 +1037,15 @@ def test_a_real_prometheus_counts_each_nodes_requests_and_the_metrics_hold_no_se
     for url in urls:
         assert answers[url].split()[:2] in (["ok", "403"], ["ok", "500"]), (url, answers[url])
         assert "tinyproxy_up" not in answers[url], (url, answers[url])
+    # The kernel refused tinyproxy's connections to its node's two addresses: the "node" rule's counter, read by the
+    # firewall-counters container every 15 s, counts them.
+
+    def node_rule() -> float:
+        body = urllib.request.urlopen(f"http://{targets[real.node]}/metrics", timeout=10).read().decode()
+        found = re.search(r'^tinyproxy_firewall_refusals_total\{rule="node"\} (\d+)$', body, re.MULTILINE)
+        return float(found.group(1)) if found else -1.0
+
+    wait(lambda: node_rule() >= 2, "the kernel's refusals counted on node 0", timeout=60)
 
 
 def test_a_pod_mutated_by_the_admission_policy_runs_on_the_real_node_and_reaches_the_origin(

@@ -22,7 +22,15 @@ from pathlib import Path
 
 import pytest
 
-from proxy_component.render.metrics import GENERATION_KEY, LOG_FILE, log_file_container, metrics_container
+from proxy_component.render.metrics import (
+    COUNTERS_FILE,
+    GENERATION_KEY,
+    LOG_DIR,
+    LOG_FILE,
+    firewall_counters_container,
+    log_file_container,
+    metrics_container,
+)
 from proxy_component.render.proxy import config_object, tinyproxy_conf, tinyproxy_filter
 from proxy_component.settings import Settings, parse_settings
 from tests.image.test_build import Built, _scripts_image, _unpack
@@ -33,7 +41,7 @@ MAX_CLIENTS = 8
 DEADLINE = 30.0
 
 
-def _settings() -> Settings:
+def _settings(firewall_counters: bool = False) -> Settings:
     return parse_settings(
         {
             "cluster": {"name": "t", "podCidrs": ["10.99.0.0/24"], "serviceCidrs": ["10.96.0.0/12"]},
@@ -45,7 +53,10 @@ def _settings() -> Settings:
                     "noUpstream": [ORIGIN],
                 }
             },
-            "deployment": {"maxClients": MAX_CLIENTS, "metrics": {"enabled": True}},
+            "deployment": {
+                "maxClients": MAX_CLIENTS,
+                "metrics": {"enabled": True, "firewallCounters": firewall_counters},
+            },
         }
     )
 
@@ -337,7 +348,9 @@ def test_the_metrics_port_is_not_reachable_through_the_proxy_and_the_firewall_sp
 ) -> None:
     """With the rendered nftables table loaded by the init container's command, as the DaemonSet does: tinyproxy's
     UID is refused the node's own addresses, the metrics port among them, by any name the Filter lets pass; the
-    exporter (its own UID) still reads the stats page on loopback."""
+    exporter (its own UID) still reads the stats page on loopback. With `metrics.firewallCounters`, the counters
+    container's command (the image's nft, root with the log volume alone writable) lists the table, and the exporter
+    counts that refusal under the kernel rule that made it."""
     from proxy_component.render.proxy import firewall_command
     from tests.image.test_build import IMAGE_PATH, in_image
 
@@ -355,6 +368,35 @@ def test_the_metrics_port_is_not_reachable_through_the_proxy_and_the_firewall_sp
         metrics = n.metrics()
         assert metrics["tinyproxy_up"] == 1
         assert metrics['tinyproxy_refusals_total{cause="filter"}'] == 1
+        assert not any(k.startswith("tinyproxy_firewall_") for k in metrics), "off by default"
+
+        counting = _settings(firewall_counters=True)
+        listing = n.root / COUNTERS_FILE.lstrip("/")
+        log_dir = n.root / LOG_DIR.lstrip("/")
+        errors = n.root.parent / "counters.err"  # a file: the loop's `sleep` outlives the shell, and a pipe with it
+        command = firewall_counters_container(counting)["command"]
+        with errors.open("wb") as err:
+            lister = subprocess.Popen(
+                ["ip", "netns", "exec", n.netns,
+                 *in_image(image_root, command, user="0:61888", binds={LOG_DIR: log_dir})],
+                env={"R": str(n.root), "PATH": IMAGE_PATH}, stdout=subprocess.DEVNULL, stderr=err,
+            )  # fmt: skip
+        try:
+            _wait("the counters listing", lambda: listing.exists() and b'"node"' in listing.read_bytes())
+        finally:
+            lister.terminate()
+            lister.wait(timeout=30)
+        assert lister.returncode == 0, errors.read_text()  # its TERM trap: a clean stop
+        assert (oct(listing.stat().st_mode & 0o777), listing.stat().st_gid) == ("0o640", 61888)
+        assert n.exporter is not None
+        n.exporter.kill()
+        n.exporter.wait(timeout=10)
+        n.settings = counting
+        n.start_exporter()
+        metrics = n.metrics()
+        assert metrics['tinyproxy_firewall_refusals_total{rule="node"}'] == 1  # the request for :9888 above
+        for rule in ("deny-ranges", "cluster-ranges", "per-client-connections", "per-client-rate", "loopback-reserve"):
+            assert metrics[f'tinyproxy_firewall_refusals_total{{rule="{rule}"}}'] == 0, rule
 
 
 def test_the_exporters_own_go_tests() -> None:

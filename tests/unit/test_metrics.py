@@ -23,8 +23,10 @@ CLUSTER = {"podCidrs": ["10.244.0.0/16"], "nodeCidrs": ["192.168.0.0/24"]}
 PASSWORD = "s3cret-Pass:word"
 
 
-def _settings(metrics: dict[str, Any] | None = None, **extra: Any) -> Settings:
-    deployment = {"metrics": {"enabled": True, **(metrics or {})}}
+def _settings(metrics: dict[str, Any] | None = None, deployment_firewall: bool = True, **extra: Any) -> Settings:
+    deployment: dict[str, Any] = {"metrics": {"enabled": True, **(metrics or {})}}
+    if not deployment_firewall:
+        deployment["firewall"] = {"enabled": False}
     return parse_settings({"cluster": CLUSTER, "deployment": deployment, **extra})
 
 
@@ -80,6 +82,36 @@ def test_the_exporter_runs_beside_tinyproxy_with_its_own_uid_and_port_and_no_cap
         "prometheus.io/port": "9100",
         "prometheus.io/scrape": "true",
     }
+
+
+def test_firewall_counters_are_opt_in_a_third_container_root_with_net_admin_alone_reading_the_table() -> None:
+    """`metrics.firewallCounters`: the kernel rules' counters need CAP_NET_ADMIN in the node's network, so a third
+    container (the firewall image, root with NET_ADMIN alone, read-only root, the log volume its one writable path)
+    lists the table into that volume; the exporter reads it. Off by default: no such container, no such flag."""
+    assert "firewall-counters" not in _containers(_settings())
+    assert "--firewall-counters" not in _containers(_settings())["metrics"]["command"]
+    containers = _containers(_settings({"firewallCounters": True}))
+    assert sorted(containers) == ["firewall", "firewall-counters", "log-file", "metrics", "tinyproxy"]
+    counters = containers["firewall-counters"]
+    assert counters["image"] == containers["firewall"]["image"]
+    assert counters["securityContext"] == {
+        "runAsUser": 0, "runAsGroup": 61888, "runAsNonRoot": False, "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True, "privileged": False, "capabilities": {"drop": ["ALL"], "add": ["NET_ADMIN"]},
+    }  # fmt: skip
+    assert counters["volumeMounts"] == [{"name": "log", "mountPath": "/var/log/tinyproxy"}]
+    assert "nft -j list table inet proxy-component > /var/log/tinyproxy/firewall.json" in counters["command"][2]
+    assert "ports" not in counters
+    assert containers["metrics"]["command"][-2:] == ["--firewall-counters", "/var/log/tinyproxy/firewall.json"]
+    # Every refusing rule carries the comment the exporter reads it by.
+    from proxy_component.render.proxy import FIREWALL_RULES, firewall_rules
+
+    rules = firewall_rules(_settings({"firewallCounters": True}))
+    assert {m for m in re.findall(r'counter reject with tcp reset comment "([a-z-]+)"', rules)} == set(FIREWALL_RULES)
+    assert rules.count("counter reject with tcp reset") == rules.count("counter reject with tcp reset comment")
+    # Without the firewall there is nothing to count: an error naming both fields.
+    with pytest.raises(SettingsError) as info:
+        _settings({"firewallCounters": True}, deployment_firewall=False)
+    assert "deployment.metrics.firewallCounters: true reads the counters of the kernel rules that " in str(info.value)
 
 
 @pytest.mark.parametrize(

@@ -216,7 +216,10 @@ def test_each_client_gets_a_fair_share_of_the_proxys_port_and_loopback_a_reserve
     less loopback's reserve. Judged in prerouting, before kube-proxy's DNAT, for the node's addresses and the service
     ranges (a reset after the DNAT would come from an address the pod never dialled). Meters, never declared sets
     (nft 1.0.6 lists those only), and the settings change them."""
-    reject = "counter reject with tcp reset"
+
+    def reject(rule: str) -> str:
+        return f'counter reject with tcp reset comment "{rule}"'
+
     cluster = {**CLUSTER, "serviceCidrs": ["10.96.0.0/12", "fd00:10:96::/108"]}
     assert _client_rules(parse_settings({"cluster": cluster})) == [
         "chain tinyproxy-clients {",
@@ -227,11 +230,13 @@ def test_each_client_gets_a_fair_share_of_the_proxys_port_and_loopback_a_reserve
         "tcp dport 8888 ip6 daddr { fd00:10:96::/108 } goto tinyproxy-client-limits",
         "}",
         "chain tinyproxy-client-limits {",
-        f"ct state new meter clients4 size 65535 {{ ip saddr ct count over 64 }} {reject}",
-        f"ct state new meter clients6 size 65535 {{ ip6 saddr ct count over 64 }} {reject}",
-        f"ct state new meter rate4 size 65535 {{ ip saddr limit rate over 100/second burst 200 packets }} {reject}",
-        f"ct state new meter rate6 size 65535 {{ ip6 saddr limit rate over 100/second burst 200 packets }} {reject}",
-        f"ct state new ct count over 992 {reject}",
+        f"ct state new meter clients4 size 65535 {{ ip saddr ct count over 64 }} {reject('per-client-connections')}",
+        f"ct state new meter clients6 size 65535 {{ ip6 saddr ct count over 64 }} {reject('per-client-connections')}",
+        "ct state new meter rate4 size 65535 { ip saddr limit rate over 100/second burst 200 packets } "
+        + reject("per-client-rate"),
+        "ct state new meter rate6 size 65535 { ip6 saddr limit rate over 100/second burst 200 packets } "
+        + reject("per-client-rate"),
+        f"ct state new ct count over 992 {reject('loopback-reserve')}",
         "}",
     ]
     changed = parse_settings(
@@ -251,9 +256,9 @@ def test_each_client_gets_a_fair_share_of_the_proxys_port_and_loopback_a_reserve
         "tcp dport 3129 ip daddr { 172.20.0.0/16 } goto tinyproxy-client-limits",
         "}",
         "chain tinyproxy-client-limits {",
-        f"ct state new meter clients4 size 65535 {{ ip saddr ct count over 10 }} {reject}",
-        f"ct state new meter clients6 size 65535 {{ ip6 saddr ct count over 10 }} {reject}",
-        f"ct state new ct count over 175 {reject}",
+        f"ct state new meter clients4 size 65535 {{ ip saddr ct count over 10 }} {reject('per-client-connections')}",
+        f"ct state new meter clients6 size 65535 {{ ip6 saddr ct count over 10 }} {reject('per-client-connections')}",
+        f"ct state new ct count over 175 {reject('loopback-reserve')}",
         "}",
     ]
     off = parse_settings(
@@ -281,14 +286,14 @@ def test_the_firewall_refuses_the_cluster_ranges_unless_allowed() -> None:
     cluster = {**CLUSTER, "serviceCidrs": ["10.96.0.0/12", "fd00:10:96::/108"]}
     settings = parse_settings({"cluster": cluster})
     refuse = "meta skuid 61888 tcp flags syn / syn,ack"
-    reject = "counter reject with tcp reset"
+    reject = 'counter reject with tcp reset comment "cluster-ranges"'
     rules = _rules(settings)
     # Collapsed per family (10.244.8.0/24 lies in the pod range), after the node-local and metadata rules.
     assert rules[-4:-2] == [
         f"{refuse} ip daddr {{ 10.96.0.0/12, 10.244.0.0/16, 192.168.0.0/24 }} {reject}",
         f"{refuse} ip6 daddr {{ fd00:10:96::/108, fd00:10:244::/56 }} {reject}",
     ]
-    assert rules.index(f"{refuse} fib daddr type local {reject}") < len(rules) - 4
+    assert rules.index(f'{refuse} fib daddr type local counter reject with tcp reset comment "node"') < len(rules) - 4
     allowed = parse_settings({"cluster": cluster, "deployment": {"firewall": {"allowClusterDestinations": True}}})
     assert not any("10.96.0.0/12" in line for line in _rules(allowed))
     # Ranges a cluster resource gives at run time join the settings' own, named by their origin when wrong.

@@ -14,6 +14,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -81,6 +82,8 @@ type exporter struct {
 	statsAddr      string
 	statHost       string
 	generationPath string
+	countersPath   string            // the kernel rules' listing (nft -j), "" when not exported
+	firewall       map[string]uint64 // by rule: the last listing that parsed
 	maxClients     int
 	out            io.Writer
 	client         *http.Client
@@ -360,6 +363,18 @@ func (e *exporter) metrics() []byte {
 	for _, k := range sortedKeys(c.messages) {
 		msgs.add(fmt.Sprintf(`{level="%s"}`, k), c.messages[k])
 	}
+	if e.countersPath != "" {
+		e.readCounters()
+		if e.firewall != nil {
+			fw := newFam("tinyproxy_firewall_refusals_total", "counter",
+				"Connections the kernel rules refused, by rule (their counters, listed every 15 s): tinyproxy's own to a "+
+					"refused destination (node, deny-ranges, cluster-ranges), and clients' beyond their share "+
+					"(per-client-connections, per-client-rate, loopback-reserve).")
+			for _, k := range sortedKeys(e.firewall) {
+				fw.add(fmt.Sprintf(`{rule="%s"}`, k), e.firewall[k])
+			}
+		}
+	}
 	if e.generationPath != "" {
 		if !c.generationRead {
 			e.readGeneration()
@@ -379,6 +394,55 @@ func (e *exporter) metrics() []byte {
 	return b.Bytes()
 }
 
+// firewallRules are the refusing rules' comments in the proxy's nftables table (render/proxy.py FIREWALL_RULES).
+var firewallRules = []string{"node", "deny-ranges", "cluster-ranges", "per-client-connections", "per-client-rate",
+	"loopback-reserve"}
+
+// readCounters takes the refusing rules' counters from `nft -j list table` output, summed by comment (a rule per
+// address family shares one). A listing that does not parse (being rewritten, or no table yet) keeps the last.
+func (e *exporter) readCounters() {
+	data, err := os.ReadFile(e.countersPath)
+	if err != nil {
+		return
+	}
+	var listing struct {
+		Nftables []struct {
+			Rule *struct {
+				Comment string                       `json:"comment"`
+				Expr    []map[string]json.RawMessage `json:"expr"`
+			} `json:"rule"`
+		} `json:"nftables"`
+	}
+	if json.Unmarshal(data, &listing) != nil || len(listing.Nftables) == 0 {
+		return
+	}
+	counts := map[string]uint64{}
+	for _, rule := range firewallRules {
+		counts[rule] = 0
+	}
+	for _, item := range listing.Nftables {
+		if item.Rule == nil {
+			continue
+		}
+		if _, known := counts[item.Rule.Comment]; !known {
+			continue
+		}
+		for _, expr := range item.Rule.Expr {
+			raw, ok := expr["counter"]
+			if !ok {
+				continue
+			}
+			var counter struct {
+				Packets uint64 `json:"packets"`
+			}
+			if json.Unmarshal(raw, &counter) == nil {
+				counts[item.Rule.Comment] += counter.Packets
+			}
+		}
+	}
+	e.firewall = counts
+}
+
 func sortedKeys(m map[string]uint64) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
@@ -396,6 +460,7 @@ func main() {
 	generation := flag.String("generation-file", "", "a file holding the config generation (one token, never derived from a credential)")
 	maxClients := flag.Int("max-clients", 0, "tinyproxy's MaxClients, exported as tinyproxy_max_clients")
 	interval := flag.Duration("interval", time.Second, "how often the log is read between scrapes")
+	counters := flag.String("firewall-counters", "", "a file holding `nft -j list table` of the proxy's rules, exported as tinyproxy_firewall_refusals_total")
 	flag.Parse()
 	if *logPath == "" {
 		fmt.Fprintln(os.Stderr, "proxy-exporter: --log is required (tinyproxy's LogFile)")
@@ -407,7 +472,7 @@ func main() {
 	}
 	e := &exporter{
 		logPath: *logPath, statsAddr: *statsAddr, statHost: *statHost, generationPath: *generation,
-		maxClients: *maxClients, out: os.Stdout, c: newCounters(),
+		maxClients: *maxClients, out: os.Stdout, c: newCounters(), countersPath: *counters,
 		client: &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}},
 	}
 	go func() {

@@ -2,10 +2,12 @@ package main
 
 import (
 	"bytes"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 const prefix = "NOTICE    Nov 27 04:27:12.039 [13623]: "
@@ -105,5 +107,47 @@ func TestFreesWhatItRead(t *testing.T) {
 	}
 	if e.c.stathost != 2000 {
 		t.Fatalf("stathost %d", e.c.stathost)
+	}
+}
+
+// The kernel rules' counters, from a listing the image's nft would write (`nft -j list table inet proxy-component`
+// of the rendered table, counters set): summed by rule across families; a listing that does not parse keeps the last.
+func TestFirewallCounters(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "firewall.json")
+	listing, err := os.ReadFile("testdata/firewall.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, listing, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	e, _, _ := newTest(t)
+	e.countersPath = path
+	e.statsAddr, e.client = "127.0.0.1:1", &http.Client{Timeout: time.Second} // no tinyproxy: tinyproxy_up 0
+	text := string(e.metrics())
+	for _, want := range []string{
+		`tinyproxy_firewall_refusals_total{rule="node"} 3`,
+		`tinyproxy_firewall_refusals_total{rule="deny-ranges"} 3`,
+		`tinyproxy_firewall_refusals_total{rule="cluster-ranges"} 4`,
+		`tinyproxy_firewall_refusals_total{rule="per-client-connections"} 11`,
+		`tinyproxy_firewall_refusals_total{rule="per-client-rate"} 7`,
+		`tinyproxy_firewall_refusals_total{rule="loopback-reserve"} 8`,
+	} {
+		if !strings.Contains(text, want+"\n") {
+			t.Fatalf("missing %q in:\n%s", want, text)
+		}
+	}
+	if err := os.WriteFile(path, []byte(`{"nftables": [{"rule": `), 0o640); err != nil { // being rewritten
+		t.Fatal(err)
+	}
+	if again := string(e.metrics()); !strings.Contains(again, `tinyproxy_firewall_refusals_total{rule="node"} 3`+"\n") {
+		t.Fatalf("a partial listing lost the last counts:\n%s", again)
+	}
+	none, _, _ := newTest(t)
+	none.countersPath = filepath.Join(dir, "missing.json")
+	none.statsAddr, none.client = e.statsAddr, e.client
+	if strings.Contains(string(none.metrics()), "tinyproxy_firewall_refusals_total") {
+		t.Fatal("no listing yet: no firewall series")
 	}
 }
