@@ -630,13 +630,25 @@ class Traffic:
                 proc.wait()
 
 
+def _pod_on(real: RealNode, node: str) -> dict[str, Any] | None:
+    """The proxy pod on `node` that is not being deleted, None while there is none (mid-roll)."""
+    pods = real.get("pods", "-n", "kube-system", "-l", PROXY_POD_LABEL, "--field-selector", f"spec.nodeName={node}")
+    running = [p for p in pods["items"] if p["metadata"].get("deletionTimestamp") is None]
+    return running[0] if len(running) == 1 else None
+
+
 def _replaced_and_ready(real: RealNode, node: str, old_uid: str) -> bool:
-    pod = real.proxy_pod(node)
-    return pod["metadata"]["uid"] != old_uid and bool(pod["status"]["containerStatuses"][0]["ready"])
+    pod = _pod_on(real, node)
+    return pod is not None and pod["metadata"]["uid"] != old_uid and _all_ready(pod)
 
 
 def _ready(real: RealNode, node: str) -> bool:
-    return bool(real.proxy_pod(node)["status"]["containerStatuses"][0]["ready"])
+    pod = _pod_on(real, node)
+    return pod is not None and _all_ready(pod)
+
+
+def _all_ready(pod: dict[str, Any]) -> bool:
+    return all(c["ready"] for c in (pod.get("status") or {}).get("containerStatuses") or [{"ready": False}])
 
 
 def _roll(
