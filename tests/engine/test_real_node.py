@@ -751,6 +751,16 @@ def test_chained_to_an_upstream_with_credentials_from_the_secret(real: RealNode,
     assert "origin.example" in upstream_log
 
 
+def _upstream_accepts(real: RealNode, *passwords: str) -> None:
+    """Make the upstream stand-in accept exactly `passwords` (it reloads its config), as a test that follows the
+    password rotation needs."""
+    assert real.upstream is not None
+    done = (real.workdir / "upstream.log").read_text().count("Reloading config file finished")
+    _upstream_conf(real.workdir, *passwords)
+    real.upstream.send_signal(signal.SIGUSR1)
+    _upstream_reloaded(real, done + 1)
+
+
 def _upstream_reloaded(real: RealNode, count: int) -> None:
     """Wait until the upstream stand-in has loaded its config `count` times (its start is the first)."""
     log = real.workdir / "upstream.log"
@@ -970,6 +980,7 @@ def test_a_real_prometheus_counts_each_nodes_requests_and_the_metrics_hold_no_se
     each node (through its own node's proxy) is what that node's series counts; the exporter's page and log hold no
     credential; and the metrics port is not reachable through the proxy itself (the kernel rules refuse tinyproxy's
     connections to its node)."""
+    _upstream_accepts(real, UPSTREAM_PASSWORD)  # as the fixture made it (the reload test rotated it)
     settings = _settings()
     settings["deployment"]["metrics"] = {"enabled": True, "firewallCounters": True}
     # The nodes' own addresses go direct, not to the upstream: the proxy itself must refuse them.
