@@ -16,6 +16,7 @@ __all__ = [
     "CapiSettings",
     "ClusterSettings",
     "DeploymentSettings",
+    "DrainSettings",
     "FirewallSettings",
     "HelmValuesSecret",
     "InjectionSettings",
@@ -113,6 +114,16 @@ class Resources(TypedDict):
     limits: NotRequired[pulumi.Input[Mapping[str, pulumi.Input[str]]]]
 
 
+class DrainSettings(TypedDict):
+    """How a proxy pod leaves its node (a roll, `kubectl drain`, a node's shutdown) without dropping a request."""
+
+    endpoint_seconds: NotRequired[pulumi.Input[int]]
+    """Seconds tinyproxy keeps accepting after the pod is told to stop: longer than the cluster takes to take a terminating endpoint out of every node's kube-proxy rules (about a second on a quiet cluster)."""
+
+    connection_seconds: NotRequired[pulumi.Input[int]]
+    """Then, at most this many seconds for the connections still open to finish (a git clone, an image pull, a websocket through the proxy); those still open after it are cut."""
+
+
 class MetricsSettings(TypedDict):
     """Per-node proxy metrics: an exporter beside tinyproxy (same image, same UID, no capability) that serves"""
 
@@ -139,6 +150,9 @@ class MetricsSettings(TypedDict):
 
     labels: NotRequired[pulumi.Input[Mapping[str, pulumi.Input[str]]]]
     """Labels added to the PodMonitor and PrometheusRule, e.g. the `release` a Prometheus selects."""
+
+    firewall_counters: NotRequired[pulumi.Input[bool]]
+    """Also export the kernel rules' counters (tinyproxy_firewall_refusals_total by rule: the node, denied and cluster ranges, each per-client limit, the loopback reserve). Reading them needs CAP_NET_ADMIN in the node's network: a third container, root with NET_ADMIN alone (as the firewall init container), lists the table every 15 s into the log volume. NET_ADMIN there could also rewrite the node's firewall, which is why it is off by default. Needs deployment.firewall.enabled."""
 
 
 class FirewallSettings(TypedDict):
@@ -278,6 +292,8 @@ class DeploymentSettings(TypedDict):
     firewall: NotRequired[pulumi.Input[FirewallSettings]]
 
     metrics: NotRequired[pulumi.Input[MetricsSettings]]
+
+    drain: NotRequired[pulumi.Input[DrainSettings]]
 
     control_plane: NotRequired[pulumi.Input[bool]]
     """Also run on control-plane nodes (node-role.kubernetes.io/control-plane)."""
