@@ -191,11 +191,15 @@ def test_an_sbom_document_declares_the_tinyproxy_built_from_upstreams_commit(bui
 
 
 def in_image(image: Built, command: list[str], *, user: str = USER, binds: dict[str, Path] | None = None,
-             net: bool = False) -> list[str]:  # fmt: skip
-    """`command` in the image's root, read-only, with `binds` (path in the image -> host path) mounted over it."""
+             net: bool = False, writable: bool = False) -> list[str]:  # fmt: skip
+    """`command` in the image's root, read-only, with `binds` (path in the image -> host path) mounted over it;
+    `writable`: the binds read-write even where the host path lies in the read-only root (a volume of the pod's)."""
     # /dev as a runtime gives it (the image has an empty /dev); then the root read-only
     script = ['mount --rbind "$R" "$R"', 'mount -o remount,bind,ro "$R"', 'mount --rbind /dev "$R/dev"']
-    script += [f'mount --bind {src} "$R/{dest.strip("/")}"' for dest, src in (binds or {}).items()]
+    for dest, src in (binds or {}).items():
+        script.append(f'mount --bind {src} "$R/{dest.strip("/")}"')
+        if writable:
+            script.append(f'mount -o remount,bind,rw "$R/{dest.strip("/")}"')
     script.append(f'exec chroot --userspec={user} "$R" "$@"')
     namespaces = ["--mount", "--propagation", "private", *(["--net"] if net else [])]
     return ["unshare", *namespaces, "sh", "-euc", "; ".join(script), "in-image", *command]

@@ -378,7 +378,7 @@ def test_the_metrics_port_is_not_reachable_through_the_proxy_and_the_firewall_sp
         with errors.open("wb") as err:
             lister = subprocess.Popen(
                 ["ip", "netns", "exec", n.netns,
-                 *in_image(image_root, command, user="0:61888", binds={LOG_DIR: log_dir})],
+                 *in_image(image_root, command, user="0:61888", binds={LOG_DIR: log_dir}, writable=True)],
                 env={"R": str(n.root), "PATH": IMAGE_PATH}, stdout=subprocess.DEVNULL, stderr=err,
             )  # fmt: skip
         try:
