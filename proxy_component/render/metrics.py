@@ -103,7 +103,7 @@ def metrics_container(settings: Settings) -> Obj:
             f"{d.config_dir}/{GENERATION_KEY}",
             "--max-clients",
             str(d.max_clients),
-            *(["--firewall-counters", COUNTERS_FILE] if m.firewall_counters and d.firewall.enabled else []),
+            *(["--firewall-counters", COUNTERS_FILE] if m.firewall_counters else []),
         ],
         "ports": [{"name": "metrics", "containerPort": m.port, "hostPort": m.port, "protocol": "TCP"}],
         "livenessProbe": {

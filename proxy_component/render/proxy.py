@@ -562,7 +562,7 @@ def daemonset(settings: Settings, restart: Any) -> Obj:
         init.append(log_file_container(settings))
         tinyproxy_mounts.append({"name": LOG_VOLUME, "mountPath": LOG_DIR})
         sidecars.append(metrics_container(settings))
-        if d.metrics.firewall_counters and d.firewall.enabled:
+        if d.metrics.firewall_counters:  # the settings refuse it without the firewall
             sidecars.append(firewall_counters_container(settings))
         volumes.append({"name": LOG_VOLUME, "emptyDir": {}})
     if init:

@@ -92,16 +92,16 @@ class RealNode:
     def get(self, *args: str) -> Any:
         return json.loads(self.kubectl("get", *args, "-o", "json"))
 
+    def pod_on(self, node: str) -> dict[str, Any] | None:
+        """The proxy pod on `node` that is not being deleted, None while there is none (mid-roll)."""
+        pods = self.get("pods", "-n", "kube-system", "-l", PROXY_POD_LABEL, "--field-selector", f"spec.nodeName={node}")
+        running = [p for p in pods["items"] if p["metadata"].get("deletionTimestamp") is None]
+        return running[0] if len(running) == 1 else None
+
     def proxy_pod(self, node: str | None = None) -> dict[str, Any]:
-        """The proxy pod on `node` (node 0 by default) that is not being deleted."""
-        pods = self.get("pods", "-n", "kube-system", "-l", PROXY_POD_LABEL)["items"]
-        running = [
-            p
-            for p in pods
-            if p["metadata"].get("deletionTimestamp") is None and p["spec"].get("nodeName") == (node or self.node)
-        ]
-        assert len(running) == 1, [p["metadata"]["name"] for p in pods]
-        pod: dict[str, Any] = running[0]
+        """The proxy pod on `node` (node 0 by default), which must be there."""
+        pod = self.pod_on(node or self.node)
+        assert pod is not None, f"no single proxy pod on {node or self.node}"
         return pod
 
     def containerd(self, node: str) -> str:
@@ -630,20 +630,13 @@ class Traffic:
                 proc.wait()
 
 
-def _pod_on(real: RealNode, node: str) -> dict[str, Any] | None:
-    """The proxy pod on `node` that is not being deleted, None while there is none (mid-roll)."""
-    pods = real.get("pods", "-n", "kube-system", "-l", PROXY_POD_LABEL, "--field-selector", f"spec.nodeName={node}")
-    running = [p for p in pods["items"] if p["metadata"].get("deletionTimestamp") is None]
-    return running[0] if len(running) == 1 else None
-
-
 def _replaced_and_ready(real: RealNode, node: str, old_uid: str) -> bool:
-    pod = _pod_on(real, node)
+    pod = real.pod_on(node)
     return pod is not None and pod["metadata"]["uid"] != old_uid and _all_ready(pod)
 
 
 def _ready(real: RealNode, node: str) -> bool:
-    pod = _pod_on(real, node)
+    pod = real.pod_on(node)
     return pod is not None and _all_ready(pod)
 
 
@@ -822,9 +815,7 @@ def test_a_password_rotation_and_a_no_upstream_entry_reload_the_proxy_without_a_
     try:
         # 1. The password: the upstream accepts the old and the new one while the proxies move to the new one.
         rotated = "R0tated-upstr3am-s3cret"
-        _upstream_conf(real.workdir, UPSTREAM_PASSWORD, rotated)
-        real.upstream.send_signal(signal.SIGUSR1)
-        _upstream_reloaded(real, 2)
+        _upstream_accepts(real, UPSTREAM_PASSWORD, rotated)
         upstream["url"] = f"http://{UPSTREAM_USER}:{rotated}@upstream.example:3128"
         (example.dir / "proxy.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
         preview = example.run("preview", "--diff")
@@ -843,9 +834,7 @@ def test_a_password_rotation_and_a_no_upstream_entry_reload_the_proxy_without_a_
             wait(partial(_reloaded_since, real, node, reloads[node]), f"{node}'s proxy to reload", timeout=240)
             figures[f"password reloaded on {node[-6:]} s"] = time.monotonic() - t0
         # From now on the upstream takes the new password only: a request through it proves each proxy sends it.
-        _upstream_conf(real.workdir, rotated)
-        real.upstream.send_signal(signal.SIGUSR1)
-        _upstream_reloaded(real, 3)
+        _upstream_accepts(real, rotated)
         for pod in clients.values():
             assert real.fetch(pod, "http://origin.example/rotated") == {
                 "http://origin.example/rotated": f"ok 200 origin saw /rotated from {ORIGIN}"
