@@ -132,7 +132,12 @@ class Project:
         cmd = ["pulumi", *args, "--non-interactive"]
         if args[0] not in ("stack", "plugin", "package") or args[:2] in (("stack", "export"), ("stack", "output")):
             cmd += ["--stack", self.stack]
-        result = subprocess.run(cmd, cwd=self.dir, env=self.env, capture_output=True, text=True, timeout=timeout)
+        try:
+            result = subprocess.run(cmd, cwd=self.dir, env=self.env, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired as e:  # what it was waiting on is in its output: never lose it
+            out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+            err = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+            pytest.fail(f"pulumi {' '.join(args)} still running after {timeout} s:\n{out[-6000:]}\n{err[-3000:]}")
         if check and result.returncode != 0:
             pytest.fail(f"pulumi {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
         return result
