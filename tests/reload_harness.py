@@ -13,6 +13,7 @@ import contextlib
 import os
 import re
 import shutil
+import signal
 import socket
 import socketserver
 import subprocess
@@ -151,19 +152,22 @@ def watcher(
             stdout=out,
             stderr=subprocess.STDOUT,
             env=dict(env) if env is not None else None,
+            start_new_session=True,  # its own process group: what is left of it is killed whole on the way out
         )
     running = Watcher(proc, log, settings.deployment.port)
     try:
         running.wait_line("started tinyproxy")
         yield running
     finally:
+        # SIGINT, the watcher's immediate stop: SIGTERM would drain (endpointSeconds and connectionSeconds), past
+        # TIMEOUT, and killing the shell alone then left tinyproxy running after the test.
         if proc.poll() is None:
-            proc.terminate()
-            try:
+            proc.send_signal(signal.SIGINT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(TIMEOUT)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(TIMEOUT)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(TIMEOUT)
 
 
 # --- servers on loopback ---------------------------------------------------------------------
