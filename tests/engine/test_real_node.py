@@ -688,27 +688,27 @@ def test_changes_that_must_roll_roll_both_nodes_without_a_failed_request(
     rolled = f"{DEFAULT_IMAGE}-rolled"  # the same image under a second name, in both nodes' containerd
     for node in real.nodes:
         run("ctr", "-a", real.containerd(node), "-n", "k8s.io", "images", "tag", "--force", DEFAULT_IMAGE, rolled)
-    reports = []
-    image = _settings(image=rolled)
-    reports.append(_roll(real, example, clients, image, "image"))
-    pod_range = _settings(image=rolled)
-    pod_range["cluster"]["podCidrs"] = [*pod_range["cluster"]["podCidrs"], "fd00:10:245::/56"]
-    reports.append(_roll(real, example, clients, pod_range, "pod range"))
-    for report in reports:
-        for node in real.nodes:
-            assert report[node]["failed"] == 0, report
-            assert report[node]["sent"] >= 20 * (report["seconds"] - 15), report
+    reports = [_roll(real, example, clients, _settings(image=rolled), "image")]
     for node in real.nodes:
         pod = real.proxy_pod(node)
         assert [c["image"] for c in pod["spec"]["containers"]] == [rolled], pod["spec"]["containers"]
         assert pod["spec"]["terminationGracePeriodSeconds"] == 5 + 30 + 5
+    # A new pod range (the kernel rules), and the drain turned off in the same change: the leaving pods still drain
+    # (the waits are theirs), the new ones will not.
+    undrained = {"endpointSeconds": 0, "connectionSeconds": 0}
+    pod_range = _settings(image=rolled, drain=undrained)
+    pod_range["cluster"]["podCidrs"] = [*pod_range["cluster"]["podCidrs"], "fd00:10:245::/56"]
+    reports.append(_roll(real, example, clients, pod_range, "pod range, drain off"))
+    for report in reports:
+        for node in real.nodes:
+            assert report[node]["failed"] == 0, report
+            assert report[node]["sent"] >= 20 * (report["seconds"] - 15), report
     conf = real.get("configmap", "http-proxy-config", "-n", "kube-system")["data"]["tinyproxy.conf"]
     assert "Allow fd00:10:245::/56" in conf, conf
-    # What the drain buys: the pods are first replaced by ones that do not drain (that roll still drains: the
-    # leaving pods have the waits), then those roll for a maxClients change (the kernel rules' loopback reserve).
-    undrained = _settings(image=rolled, drain={"endpointSeconds": 0, "connectionSeconds": 0})
-    _roll(real, example, clients, undrained, "drain off")
-    without_drain = _settings(image=rolled, drain={"endpointSeconds": 0, "connectionSeconds": 0}, maxClients=512)
+    # What the drain buys: a roll of those pods, which do not drain, for a maxClients change (the kernel rules'
+    # loopback reserve).
+    without_drain = _settings(image=rolled, drain=undrained, maxClients=512)
+    without_drain["cluster"]["podCidrs"] = pod_range["cluster"]["podCidrs"]
     without = _roll(real, example, clients, without_drain, "maxClients, pods without the drain")
     assert real.proxy_pod()["spec"]["terminationGracePeriodSeconds"] == 5
     print(
