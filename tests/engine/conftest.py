@@ -126,6 +126,11 @@ class Project:
         # cluster it names for the scope of custom resources. A test that wants a cluster sets KUBECONFIG.
         (work / "no-kubeconfig").write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
         self.env["KUBECONFIG"] = str(work / "no-kubeconfig")
+        # The engine's temporary files in the test's own directory: pulumi-kubernetes writes the kubeconfig of each
+        # provider given one to $TMPDIR/kubeconfig<digits> and never removes it (docs/guides/security.md).
+        self.tmp = work / "tmp"
+        self.tmp.mkdir(exist_ok=True)
+        self.env["TMPDIR"] = str(self.tmp)
 
     def run(self, *args: str, check: bool = True, timeout: int = 600) -> subprocess.CompletedProcess[str]:
         """`pulumi ARGS --stack STACK --non-interactive` in the project; fail with its output unless told not to."""

@@ -168,6 +168,15 @@ def test_up_refresh_drift_check_and_destroy_against_the_test_cluster(
 ) -> None:
     project = stack(project_factory, cluster, "live", SETTINGS)
     project.up()
+    # pulumi-kubernetes copies the kubeconfig it is given, credentials included, to $TMPDIR/kubeconfig<digits> and
+    # never removes the copy: docs/guides/security.md tells users to run pulumi with a TMPDIR of its own.
+    copies = sorted(project.tmp.glob("kubeconfig*"))
+    assert copies, sorted(p.name for p in project.tmp.iterdir())
+    given = {u["name"]: u["user"] for u in yaml.safe_load(cluster.kubeconfig.read_text())["users"]}
+    for copy in copies:
+        assert copy.stat().st_mode & 0o077 == 0, oct(copy.stat().st_mode)  # mode 0600: the user's own
+        users = {u["name"]: u["user"] for u in yaml.safe_load(copy.read_text())["users"]}
+        assert users == given, (copy, users, given)
 
     daemonset = cluster.get("daemonset", "http-proxy", "-n", "kube-system")
     status = daemonset["status"]
@@ -273,6 +282,8 @@ def test_a_default_provider_stack_moves_to_the_one_explicit_provider_and_adopt_t
         project.up()
     project.run("preview", "--expect-no-changes")
     project.run("destroy", "--yes", "--skip-preview")
+    # Both providers read the ambient $KUBECONFIG: pulumi-kubernetes copies nothing (docs/guides/security.md).
+    assert sorted(project.tmp.glob("kubeconfig*")) == []
 
 
 def guide_import_commands() -> str:
