@@ -52,7 +52,7 @@ def build_engine_venv() -> Path:
     sources = (ROOT / "pyproject.toml", CONSTRAINTS, PLUGIN_CONSTRAINTS)
     key = hashlib.sha256(b"".join(path.read_bytes() for path in sources)).hexdigest()
     marker = venv / "proxy-component-key"
-    # One builder at a time: the lanes run in two pytest-xdist workers, each asking for the venv.
+    # One builder at a time: the lanes run in several pytest-xdist workers, each asking for the venv.
     with (ROOT / ".venv-engine.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (marker.is_file() and marker.read_text() == key):
