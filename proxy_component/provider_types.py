@@ -15,6 +15,7 @@ __all__ = [
     "Affinity",
     "CapiSettings",
     "ClusterSettings",
+    "DeadlineSettings",
     "DeploymentSettings",
     "DrainSettings",
     "FirewallSettings",
@@ -155,6 +156,25 @@ class MetricsSettings(TypedDict):
     """Also export the kernel rules' counters (tinyproxy_firewall_refusals_total by rule: the node, denied and cluster ranges, each per-client limit, the loopback reserve). Reading them needs CAP_NET_ADMIN in the node's network: a third container, root with NET_ADMIN alone (as the firewall init container), lists the table every 15 s into the log volume. NET_ADMIN there could also rewrite the node's firewall, which is why it is off by default. Needs deployment.firewall.enabled."""
 
 
+class DeadlineSettings(TypedDict):
+    """How long each phase of a connection through the proxy may take, in seconds: a connection past one is closed"""
+
+    request_head_seconds: NotRequired[pulumi.Input[int]]
+    """From accept, for the request line and headers (tinyproxy's RequestHeadTimeout); the Allow decision is made at accept, before anything is read."""
+
+    dns_seconds: NotRequired[pulumi.Input[int]]
+    """For a name's lookup, every nameserver of the node's resolv.conf included: the resolver's RES_OPTIONS get timeout:dnsSeconds/3 attempts:1, and glibc asks at most 3 nameservers in turn."""
+
+    connect_seconds: NotRequired[pulumi.Input[int]]
+    """For the TCP connects to the origin's (or the upstream's) addresses, together (ConnectTimeout)."""
+
+    response_head_seconds: NotRequired[pulumi.Input[int]]
+    """From the request's end, for the origin's (or the upstream's) status line and headers (ResponseHeadTimeout); raise it for long polls that answer later."""
+
+    idle_seconds: NotRequired[pulumi.Input[int]]
+    """Then, the longest a connection or a CONNECT tunnel may pass no byte either way (tinyproxy's Timeout); an idle tunnel keeps counting against its client's share."""
+
+
 class FirewallSettings(TypedDict):
     """Kernel rules that stop tinyproxy from reaching the node itself, link-local and metadata addresses."""
 
@@ -171,7 +191,7 @@ class FirewallSettings(TypedDict):
     """Let tinyproxy reach the cluster's pod, service and node ranges; by default they are refused, since tinyproxy on the node's network would let a pod past its NetworkPolicy (those calls belong in NO_PROXY)."""
 
     max_connections_per_client: NotRequired[pulumi.Input[int]]
-    """Open connections to the proxy's port that one source address (a pod) may hold; the kernel refuses more with a TCP reset. 0: no limit, and one pod can take every one of maxClients. The node's own processes (loopback: the kubelet's probes) are exempt."""
+    """Open connections that one client address (a pod; a dual-stack pod has one per family) may hold: counted by tinyproxy itself from accept until the connection ends, whatever state the client's socket is in, more refused at accept with a TCP reset (with or without the kernel rules). deployment.maxClients defaults to room for cluster.maxPodsPerNode pods at this share. 0: no limit, and one pod can take every one of maxClients. The node's own processes (loopback: the kubelet's probes) are exempt."""
 
     new_connections_per_client_per_second: NotRequired[pulumi.Input[int]]
     """New connections per second that one source address may open to the proxy's port, with bursts of twice as many; the kernel refuses more with a TCP reset. 0: no limit."""
@@ -291,6 +311,8 @@ class DeploymentSettings(TypedDict):
 
     firewall: NotRequired[pulumi.Input[FirewallSettings]]
 
+    deadlines: NotRequired[pulumi.Input[DeadlineSettings]]
+
     metrics: NotRequired[pulumi.Input[MetricsSettings]]
 
     drain: NotRequired[pulumi.Input[DrainSettings]]
@@ -311,7 +333,7 @@ class DeploymentSettings(TypedDict):
     """The Service's trafficDistribution. auto: PreferSameNode when cluster.kubernetesVersion is 1.35 or later (GA there: a pod's own node's proxy first, another node's only while its own is not ready, so a restart on one node costs no request), else unset (an older API server refuses the value). none: unset. One of: auto, PreferSameNode, PreferClose, none."""
 
     max_clients: NotRequired[pulumi.Input[int]]
-    """tinyproxy's MaxClients: connections served at once. The memory limit defaults to what this many need (144 KiB each, measured), and the kernel keeps an eighth (at most 32) of them for the node's own processes, the kubelet's probes."""
+    """tinyproxy's MaxClients: connections served at once. 0 (the default): room for every pod a node can run at its share, cluster.maxPodsPerNode x firewall.maxConnectionsPerClient (twice on a dual-stack cluster: a pod has an address per family) and the loopback reserve, rounded up to a multiple of 256 (1792 by default); a value below that is refused. The memory limit defaults to what this many need at their worst, measured (bench/bench_proxy_memory.py), and tinyproxy keeps an eighth (at most 32) of them for the node's own processes, the kubelet's probes."""
 
     deny_destinations: NotRequired[pulumi.Input[Sequence[pulumi.Input[str]]]]
     """Extended regular expressions over the request's host that tinyproxy refuses (its Filter)."""
@@ -364,6 +386,9 @@ class ClusterSettings(TypedDict):
 
     region: NotRequired[pulumi.Input[str]]
     """AWS region, for the .compute.internal suffix."""
+
+    max_pods_per_node: NotRequired[pulumi.Input[int]]
+    """The most pods a node runs (the kubelet's maxPods: 110 by default, an EKS node's by its instance type, GKE's and AKS's by the pool's setting): deployment.maxClients makes room for all of them at their share."""
 
     kubernetes_version: NotRequired[pulumi.Input[str]]
     """The cluster's Kubernetes version, e.g. '1.35': picks the MutatingAdmissionPolicy API (v1beta1 on 1.34 and 1.35, v1 from 1.36, the default)."""

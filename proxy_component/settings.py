@@ -516,6 +516,11 @@ def _kubernetes_version(value: str) -> str:
     return value
 
 
+DEFAULT_MAX_PODS_PER_NODE = 110  # the kubelet's default maxPods
+LOOPBACK_RESERVE = 32  # of maxClients, kept for the node's own processes (at most an eighth of maxClients)
+MAX_CLIENTS_STEP = 256  # a derived maxClients is rounded up to a multiple of this
+
+
 class ClusterSettings(_Model):
     """The cluster's networks and endpoints, everything that must bypass the proxy."""
 
@@ -535,6 +540,14 @@ class ClusterSettings(_Model):
     cloud: Cloud = "none"
     region: Annotated[str, AfterValidator(_region)] | None = Field(
         default=None, description="AWS region, for the .compute.internal suffix."
+    )
+    max_pods_per_node: int = Field(
+        default=DEFAULT_MAX_PODS_PER_NODE,
+        ge=1,
+        le=10000,
+        description="The most pods a node runs (the kubelet's maxPods: 110 by default, an EKS node's by its instance "
+        "type, GKE's and AKS's by the pool's setting): deployment.maxClients makes room for all of them at their "
+        "share.",
     )
     kubernetes_version: Annotated[str, AfterValidator(_kubernetes_version)] | None = Field(
         default=None,
@@ -606,6 +619,13 @@ _QUANTITY_UNITS = {
 def proxy_memory_needed(max_clients: int) -> int:
     """Bytes tinyproxy may use with `max_clients` connections each at its worst (a stalled transfer)."""
     return (PROXY_BASE_MEMORY_KIB + max_clients * PROXY_MEMORY_PER_CONNECTION_KIB) * 1024
+
+
+def loopback_reserve(max_clients: int) -> int:
+    """tinyproxy's connections kept for the node's own processes (the kubelet's probes, over loopback): tinyproxy
+    refuses other clients at accept once `max_clients` less these are open (its LoopbackReserve), so that a busy
+    proxy still answers its probes."""
+    return min(LOOPBACK_RESERVE, max_clients // 8)
 
 
 def default_proxy_memory_limit(max_clients: int) -> str:
@@ -745,9 +765,10 @@ def _deny_pattern(pattern: str) -> str:
 DenyPattern = Annotated[str, AfterValidator(_deny_pattern)]
 
 
-# One pod's fair share of the proxy (docs/guides/security.md): 64 open connections, 1/16 of the default maxClients,
-# and 100 new ones a second (bursts of 200). The kernel counts them per source address.
-DEFAULT_CONNECTIONS_PER_CLIENT = 64
+# One pod's share of the proxy (docs/guides/security.md): 16 open connections, counted by tinyproxy itself per client
+# address from accept until the connection's thread ends, and 100 new ones a second (bursts of 200), counted by the
+# kernel per source address. maxClients defaults to room for every pod a node can run at its share.
+DEFAULT_CONNECTIONS_PER_CLIENT = 16
 DEFAULT_NEW_CONNECTIONS_PER_SECOND = 100
 
 
@@ -781,9 +802,11 @@ class FirewallSettings(_Model):
         default=DEFAULT_CONNECTIONS_PER_CLIENT,
         ge=0,
         le=65535,
-        description="Open connections to the proxy's port that one source address (a pod) may hold; the kernel "
-        "refuses more with a TCP reset. 0: no limit, and one pod can take every one of maxClients. The node's own "
-        "processes (loopback: the kubelet's probes) are exempt.",
+        description="Open connections that one client address (a pod; a dual-stack pod has one per family) may hold: "
+        "counted by tinyproxy itself from accept until the connection ends, whatever state the client's socket is in, "
+        "more refused at accept with a TCP reset (with or without the kernel rules). deployment.maxClients defaults to "
+        "room for cluster.maxPodsPerNode pods at this share. 0: no limit, and one pod can take every one of "
+        "maxClients. The node's own processes (loopback: the kubelet's probes) are exempt.",
     )
     new_connections_per_client_per_second: int = Field(
         default=DEFAULT_NEW_CONNECTIONS_PER_SECOND,
@@ -1135,6 +1158,54 @@ class DrainSettings(_Model):
         return self.endpoint_seconds + self.connection_seconds + 5
 
 
+class DeadlineSettings(_Model):
+    """How long each phase of a connection through the proxy may take, in seconds: a connection past one is closed
+    (the client gets 504 when the origin or upstream is late), so no client holds a thread longer than its phase
+    needs. Sized from what real clients allow: a client sends its request at once (Apache's RequestReadTimeout gives
+    20 to 40 s), a resolver answers within seconds, Go's http.Transport gives a connect 30 s, and nginx's
+    proxy_read_timeout waits 60 s for a response."""
+
+    request_head_seconds: int = Field(
+        default=30,
+        ge=1,
+        le=3600,
+        description="From accept, for the request line and headers (tinyproxy's RequestHeadTimeout); the Allow "
+        "decision is made at accept, before anything is read.",
+    )
+    dns_seconds: int = Field(
+        default=9,
+        ge=3,
+        le=300,
+        description="For a name's lookup, every nameserver of the node's resolv.conf included: the resolver's "
+        "RES_OPTIONS get timeout:dnsSeconds/3 attempts:1, and glibc asks at most 3 nameservers in turn.",
+    )
+    connect_seconds: int = Field(
+        default=30,
+        ge=1,
+        le=3600,
+        description="For the TCP connects to the origin's (or the upstream's) addresses, together (ConnectTimeout).",
+    )
+    response_head_seconds: int = Field(
+        default=120,
+        ge=1,
+        le=86400,
+        description="From the request's end, for the origin's (or the upstream's) status line and headers "
+        "(ResponseHeadTimeout); raise it for long polls that answer later.",
+    )
+    idle_seconds: int = Field(
+        default=600,
+        ge=1,
+        le=86400,
+        description="Then, the longest a connection or a CONNECT tunnel may pass no byte either way (tinyproxy's "
+        "Timeout); an idle tunnel keeps counting against its client's share.",
+    )
+
+    @property
+    def resolver_options(self) -> str:
+        """RES_OPTIONS for the proxy container: at most `dns_seconds` for a lookup over up to 3 nameservers."""
+        return f"timeout:{max(1, self.dns_seconds // 3)} attempts:1"
+
+
 class DeploymentSettings(_Model):
     """The in-cluster tinyproxy: where it runs, which image, and who may use it for what."""
 
@@ -1151,6 +1222,7 @@ class DeploymentSettings(_Model):
         description="tinyproxy's UID (and GID): one no other process on the node uses, since the firewall matches it.",
     )
     firewall: FirewallSettings = Field(default_factory=FirewallSettings)
+    deadlines: DeadlineSettings = Field(default_factory=DeadlineSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     drain: DrainSettings = Field(default_factory=DrainSettings)
     control_plane: bool = Field(
@@ -1167,12 +1239,15 @@ class DeploymentSettings(_Model):
         "restart on one node costs no request), else unset (an older API server refuses the value). none: unset.",
     )
     max_clients: int = Field(
-        default=1024,
-        ge=1,
+        default=0,
+        ge=0,
         le=65535,
-        description="tinyproxy's MaxClients: connections served at once. The memory limit defaults to what this many "
-        "need (144 KiB each, measured), and the kernel keeps an eighth (at most 32) of them for the node's own "
-        "processes, the kubelet's probes.",
+        description="tinyproxy's MaxClients: connections served at once. 0 (the default): room for every pod a node "
+        "can run at its share, cluster.maxPodsPerNode x firewall.maxConnectionsPerClient (twice on a dual-stack "
+        "cluster: a pod has an address per family) and the loopback reserve, rounded up to a multiple of 256 (1792 by "
+        "default); a value below that is refused. The memory limit defaults to what this many need at their worst, "
+        "measured (bench/bench_proxy_memory.py), and tinyproxy keeps an eighth (at most 32) of them for the node's "
+        "own processes, the kubelet's probes.",
     )
     deny_destinations: list[DenyPattern] = Field(
         default_factory=lambda: list(DEFAULT_DENY),
@@ -1488,6 +1563,31 @@ class Settings(_Model):
         return sorted(value, key=lambda s: (s.namespace, s.name or "", s.profile))
 
     @model_validator(mode="after")
+    def _derive_max_clients(self) -> Settings:
+        """deployment.maxClients 0 becomes room for every pod of a node at its share (`needed_max_clients`), rounded
+        up to a multiple of 256; a copy of the deployment, never a change of an instance the caller passed in."""
+        if self.deployment.max_clients == 0:
+            needed = self.needed_max_clients or DEFAULT_MAX_PODS_PER_NODE * DEFAULT_CONNECTIONS_PER_CLIENT
+            derived = -(-needed // MAX_CLIENTS_STEP) * MAX_CLIENTS_STEP
+            object.__setattr__(self, "deployment", self.deployment.model_copy(update={"max_clients": derived}))
+        return self
+
+    @property
+    def client_families(self) -> int:
+        """How many addresses a pod reaches the proxy from: one per IP family of the cluster."""
+        return 2 if self.cluster.effective_ip_family == "dual" else 1
+
+    @property
+    def needed_max_clients(self) -> int:
+        """The connections every pod a node can run may hold at its share, and the loopback reserve: what maxClients
+        must hold so that no set of pods on a node exhausts it (0 when the share is off: nothing can be promised)."""
+        share = self.deployment.firewall.max_connections_per_client
+        if not share:
+            return 0
+        pods = self.cluster.max_pods_per_node * self.client_families * share
+        return pods + LOOPBACK_RESERVE
+
+    @model_validator(mode="after")
     def _check(self, info: ValidationInfo) -> Settings:
         """Every check across fields, all at once; `parse_settings` defers them, to run them beside the field errors."""
         if info.context and info.context.get(_DEFERRED):
@@ -1739,6 +1839,50 @@ def _ip_family(settings: Settings) -> Iterator[str]:
         yield (
             f"cluster.ipFamily: {cluster.ip_family!r} contradicts the IPv{extra.pop()} pod/service CIDRs "
             "(expected ipv4, ipv6 or dual to match cluster.podCidrs and cluster.serviceCidrs)"
+        )
+
+
+@_check(
+    "deployment.max_clients",
+    "deployment.firewall.max_connections_per_client",
+    "cluster.max_pods_per_node",
+    "cluster.ip_family",
+    "cluster.pod_cidrs",
+    "cluster.service_cidrs",
+    "cluster.node_cidrs",
+)
+def _client_pool(settings: Settings) -> Iterator[str]:
+    d, cluster = settings.deployment, settings.cluster
+    share = d.firewall.max_connections_per_client
+    if not share:
+        return
+    pods = cluster.max_pods_per_node * settings.client_families * share
+    room = d.max_clients - loopback_reserve(d.max_clients)
+    if room < pods:
+        families = " x 2 address families (dual-stack)" if settings.client_families == 2 else ""
+        least = -(-(pods + LOOPBACK_RESERVE) // MAX_CLIENTS_STEP) * MAX_CLIENTS_STEP
+        yield (
+            f"deployment.maxClients: {d.max_clients} leaves {room} connections to pods after the loopback reserve, but "
+            f"cluster.maxPodsPerNode ({cluster.max_pods_per_node}) x deployment.firewall.maxConnectionsPerClient "
+            f"({share}){families} is {pods}: the pods of one node could exhaust it (expected at least {least}, or 0 "
+            "to derive it, or a lower share or maxPodsPerNode)"
+        )
+
+
+@_check("deployment.max_clients", "deployment.resources")
+def _proxy_memory(settings: Settings) -> Iterator[str]:
+    d = settings.deployment
+    memory = d.resources.limits.get("memory")
+    if memory is None:
+        return
+    needed = proxy_memory_needed(d.max_clients)
+    if quantity_bytes(memory) < needed:
+        yield (
+            f"deployment.resources.limits.memory: {memory!r} is below the {needed / 2**20:.0f} MiB that "
+            f"deployment.maxClients ({d.max_clients}) connections need at their worst "
+            f"({PROXY_MEMORY_PER_CONNECTION_KIB} KiB each, measured by bench/bench_proxy_memory.py): a mix of clients "
+            f"within maxClients could get the proxy OOM-killed (expected at least "
+            f"{default_proxy_memory_limit(d.max_clients)}, or no memory limit to derive it, or a lower maxClients)"
         )
 
 

@@ -45,14 +45,12 @@ from ..render.proxy import (
 from ..render.runtimes import python_no_proxy
 from ..render.trust import BUNDLE_NAME, trust_bundle_object, trust_namespaces
 from ..settings import (
+    DEFAULT_CONNECTIONS_PER_CLIENT,
     RUNTIMES,
     NodeSelectorRequirement,
     Runtime,
     Settings,
-    default_proxy_memory_limit,
     image_is_mutable,
-    proxy_memory_needed,
-    quantity_bytes,
 )
 from .access import KUBERNETES_SERVICE, workload_apis, workload_namespaces
 from .cluster import (
@@ -294,39 +292,18 @@ def wide_node_range(cidr: str, addresses: Sequence[str]) -> tuple[Net, int] | No
 
 
 def proxy_limits(settings: Settings) -> Iterator[Finding]:
-    """What lets one pod take its node's proxy: a per-client limit turned off, or a memory limit below what
-    maxClients connections need at their worst (docs/guides/security.md)."""
+    """What lets one pod take its node's proxy: its share turned off (docs/guides/security.md). The settings refuse
+    the rest themselves: a maxClients below every pod of a node at its share, a memory limit below what maxClients
+    connections need at their worst."""
     d = settings.deployment
-    if not d.enabled:
+    if not d.enabled or d.firewall.max_connections_per_client:
         return
-    name = f"DaemonSet {d.namespace}/{d.service_name}"
-    fw = d.firewall
-    off = [] if fw.enabled else ["deployment.firewall.enabled: false"]
-    if fw.enabled:
-        off += [
-            f"deployment.firewall.{key}: 0"
-            for key, value in (
-                ("maxConnectionsPerClient", fw.max_connections_per_client),
-                ("newConnectionsPerClientPerSecond", fw.new_connections_per_client_per_second),
-            )
-            if value == 0
-        ]
-    if off:
-        yield Finding(
-            "proxy-client-limits-off", name, "warning",
-            f"{' and '.join(off)}: one pod can hold every one of the proxy's {d.max_clients} connections, and the "
-            "node's other pods (and the kubelet's probes) get none (set the limits: defaults 64 and 100)",
-        )  # fmt: skip
-    memory = d.limits.get("memory")
-    needed = proxy_memory_needed(d.max_clients)
-    if memory is not None and quantity_bytes(memory) < needed:
-        yield Finding(
-            "proxy-memory-below-max-clients", name, "warning",
-            f"deployment.resources.limits.memory {memory!r} is below the {needed / 2**20:.0f} MiB that "
-            f"deployment.maxClients {d.max_clients} connections need at their worst: clients within maxClients can "
-            f"get the proxy OOM-killed (remove the memory limit for the default, "
-            f"{default_proxy_memory_limit(d.max_clients)}, or lower maxClients)",
-        )  # fmt: skip
+    yield Finding(
+        "proxy-client-limits-off", f"DaemonSet {d.namespace}/{d.service_name}", "warning",
+        f"deployment.firewall.maxConnectionsPerClient: 0: one pod can hold every one of the proxy's {d.max_clients} "
+        "connections, and the node's other pods get none (the kubelet's probes keep the loopback reserve) (set it: "
+        f"default {DEFAULT_CONNECTIONS_PER_CLIENT})",
+    )  # fmt: skip
 
 
 def _node_ranges(settings: Settings, nodes: list[Any]) -> Iterator[Finding]:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..noproxy import Kind, parse_entry
-from ..settings import OS_LABEL, STAT_HOST, NetworkValues, Settings, traffic_distribution
+from ..settings import OS_LABEL, STAT_HOST, NetworkValues, Settings, loopback_reserve, traffic_distribution
 from .metrics import (
     GENERATION_KEY,
     LOG_DIR,
@@ -101,13 +101,24 @@ def tinyproxy_conf(settings: Settings, allow: Sequence[str], credentials: bool =
     `config_generation` digests.
     """
     d = settings.deployment
+    deadlines = d.deadlines
     lines = [
         "# Rendered by proxy-component. Do not edit: change the settings instead.",
         f"Port {d.port}",
-        "Timeout 600",
         f"MaxClients {d.max_clients}",
         "LogLevel Notice",
         "DisableViaHeader Yes",
+        "",
+        "# Counted by tinyproxy from accept until each connection ends, refused at accept beyond them: each client",
+        "# address's share, and the connections only loopback (the kubelet's probes) may use.",
+        f"MaxConnectionsPerClient {d.firewall.max_connections_per_client}",
+        f"LoopbackReserve {loopback_reserve(d.max_clients)}",
+        "",
+        "# Deadlines (seconds): the request's head from accept, the connect, the response's head; then idle.",
+        f"RequestHeadTimeout {deadlines.request_head_seconds}",
+        f"ConnectTimeout {deadlines.connect_seconds}",
+        f"ResponseHeadTimeout {deadlines.response_head_seconds}",
+        f"Timeout {deadlines.idle_seconds}",
         "",
         "# Who may use the proxy: loopback and the cluster's pod and node ranges.",
         *(f"Allow {source}" for source in allow),
@@ -232,8 +243,7 @@ def firewall_rules(settings: Settings, network: NetworkValues | None = None) -> 
     return "\n".join(lines) + "\n"
 
 
-FIREWALL_RULES = ("node", "deny-ranges", "cluster-ranges", "per-client-connections", "per-client-rate",
-                  "loopback-reserve")  # fmt: skip
+FIREWALL_RULES = ("node", "deny-ranges", "cluster-ranges", "per-client-rate")
 """The refusing rules' comments: the `rule` label of tinyproxy_firewall_refusals_total (`metrics.firewallCounters`)."""
 
 
@@ -243,15 +253,12 @@ def _reject(rule: str) -> str:
     return f'counter reject with tcp reset comment "{rule}"'
 
 
-def loopback_reserve(max_clients: int) -> int:
-    """tinyproxy's connections kept for the node's own processes (the kubelet's probes, over loopback): the kernel
-    refuses other sources once `max_clients` less these are open, so that a busy proxy still answers its probes."""
-    return min(32, max_clients // 8)
-
-
 def _client_limits(settings: Settings, network: NetworkValues | None) -> list[str]:
-    """Each source address's share of tinyproxy's port, judged by the kernel before tinyproxy accepts, answered with
-    a TCP reset (never a hung connection).
+    """Each source address's rate of new connections to tinyproxy's port, judged by the kernel before tinyproxy
+    accepts, answered with a TCP reset (never a hung connection). The kernel counts no open connections: tinyproxy
+    does (MaxConnectionsPerClient, LoopbackReserve), from accept until each connection's thread ends, since conntrack
+    forgets a connection its client reset while tinyproxy still serves it, and counts spoofed half-open ones that
+    tinyproxy never sees. The meter forgets a source idle for a minute, so spoofed sources cannot fill it for good.
 
     The `tinyproxy-clients` chain sees a connection in prerouting, before kube-proxy's DNAT (priority -150, after
     conntrack): to the node's own addresses, or to the service ranges (the `http-proxy` Service's ClusterIP) on the
@@ -265,9 +272,7 @@ def _client_limits(settings: Settings, network: NetworkValues | None) -> list[st
     d = settings.deployment
     port = f"tcp dport {d.port}"
     new = "ct state new"
-    per_client = d.firewall.max_connections_per_client
     rate = d.firewall.new_connections_per_client_per_second
-    reserve = loopback_reserve(d.max_clients)
     keywords = {4: "ip", 6: "ip6"}
     services = settings.service_ranges(network)
     lines = [
@@ -283,29 +288,15 @@ def _client_limits(settings: Settings, network: NetworkValues | None) -> list[st
         if nets:
             lines.append(f"    {port} {keywords[version]} daddr {{ {', '.join(nets)} }} goto {LIMITS_CHAIN}")
     lines += ["  }", f"  chain {LIMITS_CHAIN} {{"]
-    if per_client:
-        lines.append(
-            f"    # At most {per_client} open connections per source address (firewall.maxConnectionsPerClient)."
-        )
-        lines += [
-            f"    {new} meter clients{v} size 65535 {{ {kw} saddr ct count over {per_client} }} "
-            f"{_reject('per-client-connections')}"
-            for v, kw in keywords.items()
-        ]
     if rate:
         lines.append(
             f"    # At most {rate} new connections a second per source address, bursts of {2 * rate} "
-            "(firewall.newConnectionsPerClientPerSecond)."
+            "(firewall.newConnectionsPerClientPerSecond); a source idle for a minute leaves the meter."
         )
         lines += [
-            f"    {new} meter rate{v} size 65535 {{ {kw} saddr limit rate over {rate}/second burst {2 * rate} packets }}"
-            f" {_reject('per-client-rate')}"
+            f"    {new} meter rate{v} size 65535 {{ {kw} saddr timeout 60s limit rate over {rate}/second burst "
+            f"{2 * rate} packets }} {_reject('per-client-rate')}"
             for v, kw in keywords.items()
-        ]
-    if reserve:
-        lines += [
-            f"    # {reserve} of maxClients ({d.max_clients}) kept for loopback: the probes pass while pods hold the rest.",
-            f"    {new} ct count over {d.max_clients - reserve} {_reject('loopback-reserve')}",
         ]
     return [*lines, "  }"]
 
@@ -587,6 +578,9 @@ def daemonset(settings: Settings, restart: Any) -> Obj:
                             "image": d.image,
                             "imagePullPolicy": d.image_pull_policy,
                             "command": proxy_command(settings),
+                            # deadlines.dnsSeconds: glibc's resolver reads its options here (resolv.conf is the
+                            # node's), so a lookup gives up within it whatever the node's own options are.
+                            "env": [{"name": "RES_OPTIONS", "value": d.deadlines.resolver_options}],
                             "ports": [
                                 {"name": "http-proxy", "containerPort": d.port, "hostPort": d.port, "protocol": "TCP"}
                             ],

@@ -61,7 +61,7 @@ def test_the_exporter_runs_beside_tinyproxy_with_its_own_uid_and_port_and_no_cap
     metrics = containers["metrics"]
     assert metrics["command"] == [
         "proxy-exporter", "--listen", ":9888", "--stats", "127.0.0.1:8888", "--stat-host", "proxy-component.invalid",
-        "--log", LOG_FILE, "--generation-file", "/etc/tinyproxy/generation", "--max-clients", "1024",
+        "--log", LOG_FILE, "--generation-file", "/etc/tinyproxy/generation", "--max-clients", "1792",
     ]  # fmt: skip
     assert metrics["ports"] == [{"name": "metrics", "containerPort": 9888, "hostPort": 9888, "protocol": "TCP"}]
     security = metrics["securityContext"]

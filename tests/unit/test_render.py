@@ -192,9 +192,9 @@ def test_firewall_deny_cidrs_are_normalised_and_ordered() -> None:
 
 def test_numbers_are_quantities_as_kubernetes_reads_them() -> None:
     settings = parse_settings(
-        {"deployment": {"resources": {"limits": {"cpu": 1, "memory": "128Mi"}, "requests": {"cpu": 0.5}}}}
+        {"deployment": {"resources": {"limits": {"cpu": 1, "memory": "1Gi"}, "requests": {"cpu": 0.5}}}}
     )
-    assert settings.deployment.resources.limits == {"cpu": "1", "memory": "128Mi"}
+    assert settings.deployment.resources.limits == {"cpu": "1", "memory": "1Gi"}
     assert settings.deployment.resources.requests == {"cpu": "0.5"}
 
 
@@ -211,17 +211,19 @@ def _client_rules(settings: Settings, network: NetworkValues | None = None) -> l
     return [line for line in chain if line and not line.startswith("#")]
 
 
-def test_each_client_gets_a_fair_share_of_the_proxys_port_and_loopback_a_reserve() -> None:
-    """Per source address: 64 open connections and 100 new ones a second (bursts of 200); others beyond maxClients
-    less loopback's reserve. Judged in prerouting, before kube-proxy's DNAT, for the node's addresses and the service
-    ranges (a reset after the DNAT would come from an address the pod never dialled). Meters, never declared sets
-    (nft 1.0.6 lists those only), and the settings change them."""
+def test_the_kernel_limits_each_clients_rate_and_tinyproxy_counts_its_share() -> None:
+    """Per source address, 100 new connections a second (bursts of 200), judged by the kernel in prerouting, before
+    kube-proxy's DNAT, for the node's addresses and the service ranges (a reset after the DNAT would come from an
+    address the pod never dialled); each meter forgets a source idle for 60 s, so spoofed sources cannot fill it for
+    good. The kernel counts no open connection (conntrack forgets a connection its client reset, and counts spoofed
+    half-open ones): tinyproxy does, MaxConnectionsPerClient and LoopbackReserve in its config."""
 
     def reject(rule: str) -> str:
         return f'counter reject with tcp reset comment "{rule}"'
 
     cluster = {**CLUSTER, "serviceCidrs": ["10.96.0.0/12", "fd00:10:96::/108"]}
-    assert _client_rules(parse_settings({"cluster": cluster})) == [
+    settings = parse_settings({"cluster": cluster})
+    assert _client_rules(settings) == [
         "chain tinyproxy-clients {",
         "type filter hook prerouting priority -150; policy accept;",
         'tcp dport 8888 iif "lo" accept',
@@ -230,18 +232,20 @@ def test_each_client_gets_a_fair_share_of_the_proxys_port_and_loopback_a_reserve
         "tcp dport 8888 ip6 daddr { fd00:10:96::/108 } goto tinyproxy-client-limits",
         "}",
         "chain tinyproxy-client-limits {",
-        f"ct state new meter clients4 size 65535 {{ ip saddr ct count over 64 }} {reject('per-client-connections')}",
-        f"ct state new meter clients6 size 65535 {{ ip6 saddr ct count over 64 }} {reject('per-client-connections')}",
-        "ct state new meter rate4 size 65535 { ip saddr limit rate over 100/second burst 200 packets } "
+        "ct state new meter rate4 size 65535 { ip saddr timeout 60s limit rate over 100/second burst 200 packets } "
         + reject("per-client-rate"),
-        "ct state new meter rate6 size 65535 { ip6 saddr limit rate over 100/second burst 200 packets } "
+        "ct state new meter rate6 size 65535 { ip6 saddr timeout 60s limit rate over 100/second burst 200 packets } "
         + reject("per-client-rate"),
-        f"ct state new ct count over 992 {reject('loopback-reserve')}",
         "}",
+    ]
+    assert "ct count" not in firewall_rules(settings)
+    conf = tinyproxy_conf(settings, settings.allowed_sources()).splitlines()
+    assert ["MaxClients 3584", "MaxConnectionsPerClient 16", "LoopbackReserve 32"] == [
+        line for line in conf if line.split(" ")[0] in ("MaxClients", "MaxConnectionsPerClient", "LoopbackReserve")
     ]
     changed = parse_settings(
         {
-            "cluster": CLUSTER,
+            "cluster": {**CLUSTER, "maxPodsPerNode": 8},
             "deployment": {
                 "port": 3129,
                 "maxClients": 200,
@@ -256,17 +260,61 @@ def test_each_client_gets_a_fair_share_of_the_proxys_port_and_loopback_a_reserve
         "tcp dport 3129 ip daddr { 172.20.0.0/16 } goto tinyproxy-client-limits",
         "}",
         "chain tinyproxy-client-limits {",
-        f"ct state new meter clients4 size 65535 {{ ip saddr ct count over 10 }} {reject('per-client-connections')}",
-        f"ct state new meter clients6 size 65535 {{ ip6 saddr ct count over 10 }} {reject('per-client-connections')}",
-        f"ct state new ct count over 175 {reject('loopback-reserve')}",
         "}",
     ]
-    off = parse_settings(
-        {"cluster": CLUSTER, "deployment": {"maxClients": 7, "firewall": {"maxConnectionsPerClient": 0,
-                                                                          "newConnectionsPerClientPerSecond": 0}}}
-    )  # fmt: skip
-    assert _client_rules(off)[-2:] == ["chain tinyproxy-client-limits {", "}"]
-    assert not [line for line in firewall_rules(off).splitlines() if line.strip().startswith("set ")]
+    conf = tinyproxy_conf(changed, changed.allowed_sources())
+    assert "MaxClients 200\n" in conf and "MaxConnectionsPerClient 10\n" in conf and "LoopbackReserve 25\n" in conf
+    assert not [line for line in firewall_rules(changed).splitlines() if line.strip().startswith("set ")]
+
+
+def test_max_clients_holds_every_pod_of_a_node_at_its_share() -> None:
+    """Derived: maxPodsPerNode x share (x 2 on a dual-stack cluster: a pod has an address per family) and the
+    loopback reserve, rounded up to 256; a value below that is refused, naming both fields and the least that holds."""
+    assert parse_settings({"cluster": CLUSTER}).deployment.max_clients == 3584  # CLUSTER is dual-stack
+    v4 = {"podCidrs": ["10.244.0.0/16"], "serviceCidrs": ["10.96.0.0/12"]}
+    assert parse_settings({"cluster": v4}).deployment.max_clients == 1792  # 110 x 16 + 32
+    assert parse_settings({"cluster": {**v4, "maxPodsPerNode": 30}}).deployment.max_clients == 512  # 512 >= 480 + 32
+    deployment = {"firewall": {"maxConnectionsPerClient": 64}}
+    assert parse_settings({"cluster": v4, "deployment": deployment}).deployment.max_clients == 7168  # 7040 + 32
+    with pytest.raises(SettingsError) as caught:
+        parse_settings({"cluster": v4, "deployment": {"maxClients": 1024}})
+    assert caught.value.problems == [
+        "deployment.maxClients: 1024 leaves 992 connections to pods after the loopback reserve, but "
+        "cluster.maxPodsPerNode (110) x deployment.firewall.maxConnectionsPerClient (16) is 1760: the pods of one "
+        "node could exhaust it (expected at least 1792, or 0 to derive it, or a lower share or maxPodsPerNode)"
+    ]
+    with pytest.raises(SettingsError) as caught:
+        parse_settings({"cluster": CLUSTER, "deployment": {"maxClients": 1792}})
+    assert "x 2 address families (dual-stack) is 3520" in caught.value.problems[0]
+    assert parse_settings({"cluster": v4, "deployment": {"maxClients": 1792}}).deployment.max_clients == 1792
+    # No share, no promise: maxClients is the user's (the default still derives from the default share).
+    off = {"firewall": {"maxConnectionsPerClient": 0}, "maxClients": 100}
+    assert parse_settings({"cluster": v4, "deployment": off}).deployment.max_clients == 100
+
+
+def test_each_phase_has_a_deadline() -> None:
+    """The request's head from accept, the connect and the response's head in tinyproxy.conf, the idle Timeout after
+    them, and DNS through the resolver's own options in the container's environment."""
+    settings = parse_settings({"cluster": CLUSTER})
+    conf = tinyproxy_conf(settings, settings.allowed_sources()).splitlines()
+    timeouts = [line for line in conf if line.split(" ")[0].endswith("Timeout")]
+    assert timeouts == ["RequestHeadTimeout 30", "ConnectTimeout 30", "ResponseHeadTimeout 120", "Timeout 600"]
+    container = daemonset(settings, "d")["spec"]["template"]["spec"]["containers"][0]
+    assert container["env"] == [{"name": "RES_OPTIONS", "value": "timeout:3 attempts:1"}]
+    deadlines = {"requestHeadSeconds": 5, "dnsSeconds": 4, "connectSeconds": 7, "responseHeadSeconds": 900,
+                 "idleSeconds": 3600}  # fmt: skip
+    changed = parse_settings({"cluster": CLUSTER, "deployment": {"deadlines": deadlines}})
+    conf = tinyproxy_conf(changed, changed.allowed_sources()).splitlines()
+    timeouts = [line for line in conf if line.split(" ")[0].endswith("Timeout")]
+    assert timeouts == ["RequestHeadTimeout 5", "ConnectTimeout 7", "ResponseHeadTimeout 900", "Timeout 3600"]
+    container = daemonset(changed, "d")["spec"]["template"]["spec"]["containers"][0]
+    assert container["env"] == [{"name": "RES_OPTIONS", "value": "timeout:1 attempts:1"}]
+    with pytest.raises(SettingsError) as caught:
+        parse_settings({"deployment": {"deadlines": {"dnsSeconds": 2, "requestHeadSeconds": 0}}})
+    assert [p.split(":")[0] for p in caught.value.problems] == [
+        "deployment.deadlines.requestHeadSeconds",
+        "deployment.deadlines.dnsSeconds",
+    ]
 
 
 def test_the_memory_limit_follows_max_clients_unless_set() -> None:
@@ -363,8 +411,8 @@ def test_images_are_versioned_and_pulled_if_not_present_by_default() -> None:
     containers = [*pod["initContainers"], *pod["containers"]]
     # One image, the project's own (scripts/image), for the firewall init container and tinyproxy.
     assert [c["image"] for c in containers] == [
-        "ghcr.io/proxy-component/proxy:1.11.3-git-364cdb6-pc4",
-        "ghcr.io/proxy-component/proxy:1.11.3-git-364cdb6-pc4",
+        "ghcr.io/proxy-component/proxy:1.11.3-git-364cdb6-pc5",
+        "ghcr.io/proxy-component/proxy:1.11.3-git-364cdb6-pc5",
     ]
     assert {c["imagePullPolicy"] for c in containers} == {"IfNotPresent"}
     assert not any(image_is_mutable(c["image"]) for c in containers)

@@ -44,6 +44,7 @@ var (
 	linePattern      = regexp.MustCompile(`^([A-Z]+) +[A-Z][a-z]{2} +\d+ \d\d:\d\d:\d\d\.\d{3} \[\d+\]: (.*)$`)
 	userinfoPattern  = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s"]*@`)
 	generationFormat = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+	acceptRefusal    = regexp.MustCompile(`^Refused (\d+) connection\(s\) at accept: (.*) \(last from [0-9A-Fa-f.:]+\)$`)
 	statsPatterns    = map[string]*regexp.Regexp{
 		"open":   regexp.MustCompile(`Number of open connections: (\d+)`),
 		"reqs":   regexp.MustCompile(`Number of requests: (\d+)`),
@@ -59,6 +60,7 @@ type counters struct {
 	refusals       map[string]uint64 // by cause
 	upstream       map[string]uint64 // by cause
 	capacity       uint64
+	deadlines      map[string]uint64 // by phase
 	reloads        map[string]uint64 // by result
 	starts         uint64
 	messages       map[string]uint64 // by level
@@ -69,10 +71,11 @@ type counters struct {
 
 func newCounters() *counters {
 	return &counters{
-		refusals: map[string]uint64{"allow": 0, "filter": 0, "connect_port": 0},
-		upstream: map[string]uint64{"unreachable": 0, "no_upstream": 0, "auth": 0},
-		reloads:  map[string]uint64{"success": 0, "failure": 0},
-		messages: map[string]uint64{"critical": 0, "error": 0, "warning": 0, "notice": 0},
+		refusals:  map[string]uint64{"allow": 0, "filter": 0, "connect_port": 0, "client_share": 0},
+		deadlines: map[string]uint64{"request_head": 0, "response_head": 0},
+		upstream:  map[string]uint64{"unreachable": 0, "no_upstream": 0, "auth": 0},
+		reloads:   map[string]uint64{"success": 0, "failure": 0},
+		messages:  map[string]uint64{"critical": 0, "error": 0, "warning": 0, "notice": 0},
 	}
 }
 
@@ -112,8 +115,23 @@ func (e *exporter) count(line string) bool {
 		e.c.refusals["allow"]++
 	case strings.HasPrefix(msg, "Proxying refused on filtered "):
 		e.c.refusals["filter"]++
-	case strings.HasPrefix(msg, "Maximum number of connections reached"):
+	case strings.HasPrefix(msg, "Maximum number of connections reached"): // before patch 0006
 		e.c.capacity++
+	case acceptRefusal.MatchString(msg): // patch 0006: a line a second per cause, with the count
+		m := acceptRefusal.FindStringSubmatch(msg)
+		n, _ := strconv.ParseUint(m[1], 10, 64)
+		switch {
+		case strings.HasPrefix(m[2], "not in Allow"):
+			e.c.refusals["allow"] += n
+		case strings.HasPrefix(m[2], "over its client's share"):
+			e.c.refusals["client_share"] += n
+		case strings.HasPrefix(m[2], "MaxClients in use"):
+			e.c.capacity += n
+		}
+	case strings.HasPrefix(msg, "Closed a connection from ") && strings.Contains(msg, " within RequestHeadTimeout "): // patch 0007
+		e.c.deadlines["request_head"]++
+	case strings.HasPrefix(msg, "No response head from ") && strings.Contains(msg, " within ResponseHeadTimeout "): // patch 0007
+		e.c.deadlines["response_head"]++
 	case strings.HasPrefix(msg, "Refused CONNECT method on port "): // patch 0005: at Notice
 		e.c.refusals["connect_port"]++
 	case msg == "Could not connect to upstream proxy.":
@@ -348,7 +366,12 @@ func (e *exporter) metrics() []byte {
 		ref.add(fmt.Sprintf(`{cause="%s"}`, k), c.refusals[k])
 	}
 	newFam("tinyproxy_capacity_reached_total", "counter",
-		"Times tinyproxy reached MaxClients and stopped accepting, from the log.").add("", c.capacity)
+		"Connections refused at accept because MaxClients (less the loopback reserve, for other clients than loopback) was in use, from the log.").add("", c.capacity)
+	dl := newFam("tinyproxy_deadline_exceeded_total", "counter",
+		"Connections closed at a phase's deadline, by phase (request_head: RequestHeadTimeout; response_head: ResponseHeadTimeout, answered 504), from the log.")
+	for _, k := range sortedKeys(c.deadlines) {
+		dl.add(fmt.Sprintf(`{phase="%s"}`, k), c.deadlines[k])
+	}
 	upf := newFam("tinyproxy_upstream_failures_total", "counter",
 		"Requests the upstream proxy did not serve, by cause (unreachable, no_upstream, auth: it answered 407), from the log.")
 	for _, k := range sortedKeys(c.upstream) {
@@ -368,8 +391,8 @@ func (e *exporter) metrics() []byte {
 		if e.firewall != nil {
 			fw := newFam("tinyproxy_firewall_refusals_total", "counter",
 				"Connections the kernel rules refused, by rule (their counters, listed every 15 s): tinyproxy's own to a "+
-					"refused destination (node, deny-ranges, cluster-ranges), and clients' beyond their share "+
-					"(per-client-connections, per-client-rate, loopback-reserve).")
+					"refused destination (node, deny-ranges, cluster-ranges), and clients' beyond their rate of new "+
+					"connections (per-client-rate).")
 			for _, k := range sortedKeys(e.firewall) {
 				fw.add(fmt.Sprintf(`{rule="%s"}`, k), e.firewall[k])
 			}
@@ -395,8 +418,7 @@ func (e *exporter) metrics() []byte {
 }
 
 // firewallRules are the refusing rules' comments in the proxy's nftables table (render/proxy.py FIREWALL_RULES).
-var firewallRules = []string{"node", "deny-ranges", "cluster-ranges", "per-client-connections", "per-client-rate",
-	"loopback-reserve"}
+var firewallRules = []string{"node", "deny-ranges", "cluster-ranges", "per-client-rate"}
 
 // readCounters takes the refusing rules' counters from `nft -j list table` output, summed by comment (a rule per
 // address family shares one). A listing that does not parse (being rewritten, or no table yet) keeps the last.
