@@ -10,13 +10,23 @@ and records the cgroup's usage (what a container's memory limit is judged on, so
 kernel charges them) and tinyproxy's resident set:
 
 - `idle`: connected, nothing sent (tinyproxy waits for the request line);
-- `headers`: a request line and 60 KiB of headers, the blank line never sent (just under the 64 KiB bound that
-  images/proxy/tinyproxy/patches/0001 sets; the header flood's worst case);
+- `headers`: a request line and 60 KiB of headers, the blank line never sent (just under the 64 KiB bound of a
+  request's head, patches 0001 and 0007; the header flood's worst case);
+- `long-line`: a request line of 16,300 bytes, never ended (just under the 16 KiB a request line may hold since
+  patch 0022; before it, readline's own 128 KiB);
+- `drip`: a request line sent a byte at a time, 2,048 bytes to each connection in turns (before patch 0007 each
+  byte cost ~79 bytes of heap: a list node and a copy per recv);
+- `silent`: a complete GET to an origin that accepts and never answers (tinyproxy waits for the response's head);
 - `tunnel`: an idle CONNECT tunnel to the origin;
 - `transfer`: a GET of an endless body from the origin that the client stops reading after 1 KiB (tinyproxy's
-  relay buffers and the sockets' buffers full: a full transfer's worst case).
+  relay buffers and the sockets' buffers full: a full transfer's worst case);
+- `headers-transfer`: the same GET with 60 KiB of headers (before patch 0022 tinyproxy kept a request's headers
+  until the connection ended, so both costs added up);
+- `line-transfer`: the same GET with a 16,000-byte path (tinyproxy copies the request line into a URL, a host and
+  a path while it reads the request).
 
-The slope per connection is what `docs/guides/security.md` sizes maxClients and the memory limit from.
+The largest slope per connection is what `settings.PROXY_MEMORY_PER_CONNECTION_KIB` sizes the memory limit from
+(`docs/guides/security.md`).
 """
 
 from __future__ import annotations
@@ -36,7 +46,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-MAX_CLIENTS = 1024
+MAX_CLIENTS = 1792  # the default for a single-stack cluster (settings: 110 pods x 16 and the loopback reserve)
 USER = 61888
 HEADER_BYTES = 60 * 1024
 
@@ -68,6 +78,9 @@ class Origin:
         self.sock = socket.create_server(("127.0.0.1", 0), backlog=4096)
         self.port = self.sock.getsockname()[1]
         threading.Thread(target=self._accept, daemon=True).start()
+        # An origin that accepts and never answers (the kernel completes the handshakes; nothing reads).
+        self.silent = socket.create_server(("127.0.0.1", 0), backlog=4096)
+        self.silent_port = self.silent.getsockname()[1]
 
     def _accept(self) -> None:
         while True:
@@ -77,6 +90,11 @@ class Origin:
     def _serve(self, conn: socket.socket) -> None:
         try:
             first = conn.recv(65536)
+            while first.startswith(b"GET") and b"\r\n\r\n" not in first:  # the whole head before the answer
+                more = conn.recv(65536)
+                if not more:
+                    return
+                first += more
             if first.startswith(b"GET"):
                 conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n\r\n")
                 chunk = b"x" * (1 << 20)
@@ -137,7 +155,15 @@ def _settled(cgroup: Cgroup, timeout: float = 20.0) -> int:
     return max(readings[-3:])
 
 
-def _open(kind: str, port: int, origin: int, count: int) -> list[socket.socket]:
+def _drip(socks: list[socket.socket], count: int) -> None:
+    """`count` bytes more to each connection, a byte at a time, in turns."""
+    for _ in range(count):
+        for s in socks:
+            s.send(b"a")
+        time.sleep(0.002)
+
+
+def _open(kind: str, port: int, origin: int, silent: int, count: int) -> list[socket.socket]:
     socks = []
     for _ in range(count):
         s = socket.create_connection(("127.0.0.1", port), timeout=10)
@@ -148,14 +174,28 @@ def _open(kind: str, port: int, origin: int, count: int) -> list[socket.socket]:
             s.sendall(f"CONNECT 127.0.0.1:{origin} HTTP/1.1\r\nHost: 127.0.0.1:{origin}\r\n\r\n".encode())
             reply = s.recv(4096)
             assert b" 200 " in reply.split(b"\r\n", 1)[0], reply
-        elif kind == "transfer":
-            s.sendall(f"GET http://127.0.0.1:{origin}/big HTTP/1.1\r\nHost: 127.0.0.1:{origin}\r\n\r\n".encode())
+        elif kind == "long-line":
+            s.sendall(b"GET http://127.0.0.1/" + b"a" * 16300)
+        elif kind == "drip":
+            s.sendall(b"GET http://127.0.0.1/")
+        elif kind == "silent":
+            s.sendall(f"GET http://127.0.0.1:{silent}/ HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+        elif kind in ("transfer", "headers-transfer", "line-transfer"):
+            filler = b""
+            if kind == "headers-transfer":
+                filler = b"".join(f"X-Filler-{i}: {'a' * 590}\r\n".encode() for i in range(HEADER_BYTES // 605))
+            path = "/big" + ("a" * 16000 if kind == "line-transfer" else "")
+            s.sendall(f"GET http://127.0.0.1:{origin}{path} HTTP/1.1\r\nHost: 127.0.0.1:{origin}\r\n".encode()
+                      + filler + b"\r\n")  # fmt: skip
             s.recv(1024)
         socks.append(s)
     return socks
 
 
-def measure(root: Path, counts: list[int]) -> list[dict[str, object]]:
+KINDS = ("idle", "headers", "long-line", "drip", "silent", "tunnel", "transfer", "headers-transfer", "line-transfer")
+
+
+def measure(root: Path, counts: list[int], kinds: tuple[str, ...] = KINDS) -> list[dict[str, object]]:
     origin = Origin()
     port = 18888
     (root / "etc/tinyproxy").mkdir(parents=True, exist_ok=True)
@@ -165,7 +205,7 @@ def measure(root: Path, counts: list[int]) -> list[dict[str, object]]:
         f'Allow 127.0.0.1\nConnectPort {origin.port}\nStatHost "tinyproxy.stats"\n'
     )
     rows: list[dict[str, object]] = []
-    for kind in ("idle", "headers", "tunnel", "transfer"):
+    for kind in kinds:
         cgroup = Cgroup(f"proxy-bench-{os.getpid()}-{kind}")
         proc = subprocess.Popen(
             [
@@ -190,7 +230,10 @@ def measure(root: Path, counts: list[int]) -> list[dict[str, object]]:
                     time.sleep(0.05)
             held: list[socket.socket] = []
             for count in counts:
-                held += _open(kind, port, origin.port, count - len(held))
+                new = _open(kind, port, origin.port, origin.silent_port, count - len(held))
+                if kind == "drip":  # the earlier connections had theirs
+                    _drip(new, 2048)
+                held += new
                 usage = _settled(cgroup)
                 rows.append({"kind": kind, "connections": count, "cgroup": usage, "rss": _rss(proc.pid)})
                 print(f"{kind:9} {count:5} cgroup {usage / 2**20:8.1f} MiB  rss {_rss(proc.pid) / 2**20:8.1f} MiB",
@@ -202,6 +245,17 @@ def measure(root: Path, counts: list[int]) -> list[dict[str, object]]:
             proc.wait()
             cgroup.remove()
     return rows
+
+
+def worst_per_connection(rows: list[dict[str, object]]) -> float:
+    """The largest cost of one connection, in KiB: each kind's slope from none to its most connections."""
+    worst = 0.0
+    for kind in {str(row["kind"]) for row in rows}:
+        mine = sorted((int(str(r["connections"])), int(str(r["cgroup"]))) for r in rows if r["kind"] == kind)
+        (n0, u0), (n1, u1) = mine[0], mine[-1]
+        if n1 > n0:
+            worst = max(worst, (u1 - u0) / (n1 - n0) / 1024)
+    return worst
 
 
 def _table(rows: list[dict[str, object]]) -> str:
@@ -220,6 +274,7 @@ def main() -> None:
     parser.add_argument("--counts", default="0,128,512,1000")
     parser.add_argument("--root", type=Path)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--kinds", default=",".join(KINDS), help="which clients, comma-separated")
     args = parser.parse_args()
     if os.environ.get("PROXY_BENCH_NETNS") != "1":  # a network namespace of its own, loopback up
         os.execvp("unshare", ["unshare", "--net", "sh", "-c", 'ip link set lo up && PROXY_BENCH_NETNS=1 exec "$@"', "sh",
@@ -227,8 +282,9 @@ def main() -> None:
     counts = sorted({0, *(int(c) for c in args.counts.split(","))})
     with tempfile.TemporaryDirectory() as tmp:
         root = args.root or _unpack_image(Path(tmp))
-        rows = measure(root, counts)
+        rows = measure(root, counts, tuple(args.kinds.split(",")))
     print(json.dumps(rows, indent=2) if args.json else _table(rows))
+    print(f"worst case: {worst_per_connection(rows):.0f} KiB a connection", file=sys.stderr)
 
 
 if __name__ == "__main__":

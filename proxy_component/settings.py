@@ -597,11 +597,13 @@ def _quantity_text(value: Any) -> Any:
 Quantity = Annotated[str, BeforeValidator(_quantity_text)]
 
 
-# What tinyproxy (the image's, MaxClients 1024) needs, measured by bench/bench_proxy_memory.py in a memory cgroup:
-# 3 MiB with no client, and per connection 38 KiB idle, 43 KiB an idle CONNECT tunnel, 105 KiB with 60 KiB of
-# headers, 143 KiB a transfer whose client stops reading (relay buffers and socket buffers full): the worst case.
+# What tinyproxy (the image's, MaxClients 1792) needs, measured by bench/bench_proxy_memory.py in a memory cgroup with
+# 1,000 connections of each kind: under 4 MiB with no client, and per connection 38 KiB idle, 44 KiB dripping a
+# request line, 48 KiB waiting on a silent origin or an idle CONNECT tunnel, 54 KiB an unfinished 16 KiB request
+# line, 106 KiB with 60 KiB of headers, 147 KiB a transfer whose client stops reading (relay buffers and socket
+# buffers full), 153 KiB the same with 60 KiB of headers, 160 KiB with a 16 KiB path: the worst case.
 PROXY_BASE_MEMORY_KIB = 4 * 1024
-PROXY_MEMORY_PER_CONNECTION_KIB = 144
+PROXY_MEMORY_PER_CONNECTION_KIB = 160
 _QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(m|Ki|Mi|Gi|Ti|k|M|G|T)?$")
 _QUANTITY_UNITS = {
     "": 1,
@@ -630,7 +632,7 @@ def loopback_reserve(max_clients: int) -> int:
 
 def default_proxy_memory_limit(max_clients: int) -> str:
     """The proxy container's default memory limit: what `max_clients` connections need, a quarter more, in whole
-    32 MiB steps (192Mi for the default 1024), so that no mix of clients within maxClients gets it OOM-killed."""
+    32 MiB steps (384Mi for the default 1792), so that no mix of clients within maxClients gets it OOM-killed."""
     step = 32 * 2**20
     return f"{-(-proxy_memory_needed(max_clients) * 5 // 4 // step) * 32}Mi"
 
@@ -647,7 +649,7 @@ def quantity_bytes(quantity: str) -> int:
 class Resources(_Model):
     """Container requests and limits, in Kubernetes quantity syntax (numbers are accepted, as `cpu: 1`).
 
-    The proxy's memory limit defaults to what `deployment.maxClients` connections need (192Mi for 1024)."""
+    The proxy's memory limit defaults to what `deployment.maxClients` connections need (384Mi for 1792)."""
 
     requests: dict[ResourceName, Quantity] = Field(default_factory=lambda: _quantities("10m", "32Mi"))
     limits: dict[ResourceName, Quantity] = Field(default_factory=lambda: _quantities_cpu("500m"))

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
+import os
+import subprocess
+import tempfile
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +27,40 @@ SECRET_SIG = "4dabf18193072939515e22adb298388d"
 SECRET_VALUE = "1b47061264138c4ac30d75fd1eb44270"
 
 T = TypeVar("T")
+
+
+def _readable_copy(binary: Path) -> str:
+    """A copy any user may run (the live tests run tinyproxy as its own UID, and the cache is under a private home),
+    named by its content, so that workers and runs share it."""
+    data = binary.read_bytes()
+    directory = Path(tempfile.gettempdir()) / f"proxy-component-tinyproxy-{hashlib.sha256(data).hexdigest()[:16]}"
+    target = directory / "tinyproxy"
+    if not target.exists():
+        directory.mkdir(mode=0o755, exist_ok=True)
+        staged = directory / f".tinyproxy.{os.getpid()}"
+        staged.write_bytes(data)
+        staged.chmod(0o755)
+        staged.replace(target)
+    directory.chmod(0o755)
+    return str(target)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The live tests run the image's tinyproxy (upstream's source with the project's patches, built for this machine
+    by `scripts/image tinyproxy host`, cached), first on PATH: the rendered config uses the patches' directives, which
+    Debian's tinyproxy refuses. PROXY_COMPONENT_TINYPROXY names another build; xdist's workers inherit it."""
+    path = os.environ.get("PROXY_COMPONENT_TINYPROXY")
+    if not path:
+        built = subprocess.run(
+            ["bash", str(ROOT / "scripts/image"), "tinyproxy", "host"], cwd=ROOT, capture_output=True, text=True
+        )
+        if built.returncode != 0 or not built.stdout.strip():
+            raise pytest.UsageError(f"scripts/image tinyproxy host failed:\n{built.stderr[-3000:]}")
+        path = _readable_copy(Path(built.stdout.splitlines()[-1]))
+        os.environ["PROXY_COMPONENT_TINYPROXY"] = path
+    directory = str(Path(path).parent)
+    if os.environ.get("PATH", "").split(os.pathsep)[0] != directory:
+        os.environ["PATH"] = directory + os.pathsep + os.environ.get("PATH", "")
 
 
 def unwrap(value: Any) -> Any:

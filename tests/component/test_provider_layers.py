@@ -33,7 +33,7 @@ SETTINGS: dict[str, Any] = {
         "noProxy": [".corp.example"],
     },
     "namespaces": ["default", "apps"],
-    "deployment": {"resources": {"limits": {"memory": "256Mi"}}},
+    "deployment": {"resources": {"limits": {"memory": "1Gi"}}},
 }  # fmt: skip
 INSTALLATION: dict[str, Any] = {
     "proxy": {
@@ -98,7 +98,7 @@ SHAPES = {
                 **SETTINGS["proxy"],
                 "upstream": {**SETTINGS["proxy"]["upstream"], "password": _wire(PASSWORD, secret=True)},
             },
-            "deployment": {"resources": {"limits": _wire({"memory": "256Mi"})}},
+            "deployment": {"resources": {"limits": _wire({"memory": "1Gi"})}},
         }
     },
     "a list": lambda: {"settings": {**SETTINGS, "namespaces": _wire(["default", "apps"])}},
@@ -115,7 +115,7 @@ def test_settings_known_as_outputs_make_the_objects_of_the_plain_settings(
     got = _objects(mocked, served, f"{shape.replace(' ', '-')}", SHAPES[shape]())
     assert got == plain
     text = json.dumps(got)
-    assert "256Mi" in text
+    assert "1Gi" in text
     assert "k8s.internal" in text
 
 

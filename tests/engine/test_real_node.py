@@ -392,7 +392,9 @@ def test_the_init_containers_nft_table_is_loaded_in_the_nodes_network_namespace(
     pid = _tinyproxy_pid(real)
     table = run("nsenter", "-t", str(pid), "-n", "nft", "list", "table", "inet", "proxy-component").stdout
     assert "chain tinyproxy-egress" in table
-    assert "add @clients6 { ip6 saddr ct count over 64 }" in table, table
+    # The kernel counts no open connection since patch 0006 (tinyproxy does): only the rate meters, with a timeout.
+    assert "ct count" not in table, table
+    assert "limit rate over 100/second burst 200 packets" in table, table
     assert "meta skuid 61888" in table
     assert f"meta skuid 61888 ip6 daddr {NODE6} tcp dport 53 counter" in table, table
     assert "proxy-component" not in run("nft", "list", "tables").stdout, "nothing on the host itself"
@@ -529,7 +531,8 @@ def _memory_peak(real: RealNode) -> tuple[int, int]:
 def test_one_pod_cannot_take_its_nodes_proxy_down(real: RealNode, example: Project, client: str) -> None:
     """A pod holds 1,100 idle connections to its node's proxy, then sends one request with 150 MB of headers, while
     a second pod sends 20 requests a second to the origin: every one of those succeeds, the proxy pod is neither
-    restarted nor unready, and its memory stays under its limit (the kernel's per-client limit, patch 0001's bound)."""
+    restarted nor unready, and its memory stays under its limit (tinyproxy's own per-client share, patch 0006; the
+    head's bound, patches 0001 and 0007)."""
     attacker = _pod("attacker", real.node, real.tool.parent, ["sleep", "86400"], env_from=False)
     real.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(attacker))
     real.kubectl("-n", "default", "wait", "--for=condition=Ready", "pod/attacker", "--timeout=120s", timeout=150)
@@ -543,7 +546,7 @@ def test_one_pod_cannot_take_its_nodes_proxy_down(real: RealNode, example: Proje
         assert hold.stdout is not None
         held = json.loads(hold.stdout.readline())  # all 1,100 tried; the held ones stay open 15 s more
         during = real.proxy_pod()
-        hold.wait(timeout=60)  # then the same pod floods (while it held 64, its 65th connection was refused)
+        hold.wait(timeout=60)  # then the same pod floods (while it held 16, its 17th connection was reset)
         flood = json.loads(real.kubectl("exec", "attacker", "--", "/tools/tool", "flood", PROXY_ADDRESS, "150",
                                         timeout=120).strip().splitlines()[-1])  # fmt: skip
         out, err = load.communicate(timeout=180)
@@ -562,8 +565,8 @@ def test_one_pod_cannot_take_its_nodes_proxy_down(real: RealNode, example: Proje
         f"{peak / 2**20:.1f} MiB of its {limit / 2**20:.0f} MiB limit",
         file=sys.stderr,
     )
-    assert held["held"] == 64, held  # firewall.maxConnectionsPerClient
-    assert held["held"] + held["refused"] == 1100, held
+    assert held["held"] == 16, held  # firewall.maxConnectionsPerClient, counted by tinyproxy at accept
+    assert held["held"] + held["reset"] + held["refused"] == 1100, held
     assert flood.get("status") == "HTTP/1.0 431 Request Header Fields Too Large", flood
     assert flood.get("sent", 0) < 10_000_000, flood  # the connection was closed long before 150 MB
     assert (figures["sent"], figures["failed"]) == (1200, 0), (figures, err)
@@ -705,11 +708,11 @@ def test_changes_that_must_roll_roll_both_nodes_without_a_failed_request(
             assert report[node]["sent"] >= 20 * (report["seconds"] - 15), report
     conf = real.get("configmap", "http-proxy-config", "-n", "kube-system")["data"]["tinyproxy.conf"]
     assert "Allow fd00:10:245::/56" in conf, conf
-    # What the drain buys: a roll of those pods, which do not drain, for a maxClients change (the kernel rules'
-    # loopback reserve).
-    without_drain = _settings(image=rolled, drain=undrained, maxClients=512)
+    # What the drain buys: a roll of those pods, which do not drain, for a change of the kernel rules (each client's
+    # rate of new connections).
+    without_drain = _settings(image=rolled, drain=undrained, firewall={"newConnectionsPerClientPerSecond": 150})
     without_drain["cluster"]["podCidrs"] = pod_range["cluster"]["podCidrs"]
-    without = _roll(real, example, clients, without_drain, "maxClients, pods without the drain")
+    without = _roll(real, example, clients, without_drain, "client rate, pods without the drain")
     assert real.proxy_pod()["spec"]["terminationGracePeriodSeconds"] == 5
     print(
         "realnode: without the drain, failed requests per node: "

@@ -44,7 +44,13 @@ DEADLINE = 30.0
 def _settings(firewall_counters: bool = False) -> Settings:
     return parse_settings(
         {
-            "cluster": {"name": "t", "podCidrs": ["10.99.0.0/24"], "serviceCidrs": ["10.96.0.0/12"]},
+            # A node of one pod at a share of 4, so that MaxClients 8 holds it (and loopback can fill the rest).
+            "cluster": {
+                "name": "t",
+                "podCidrs": ["10.99.0.0/24"],
+                "serviceCidrs": ["10.96.0.0/12"],
+                "maxPodsPerNode": 1,
+            },
             "proxy": {
                 "upstream": {
                     "url": f"http://{UPSTREAM}:3128",
@@ -55,6 +61,7 @@ def _settings(firewall_counters: bool = False) -> Settings:
             },
             "deployment": {
                 "maxClients": MAX_CLIENTS,
+                "firewall": {"maxConnectionsPerClient": 4},
                 "metrics": {"enabled": True, "firewallCounters": firewall_counters},
             },
         }
@@ -301,20 +308,15 @@ def test_every_kind_of_request_is_counted_exactly_and_nothing_secret_is_served(i
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # fmt: skip
         assert full.stdout is not None
         assert full.stdout.readline() == b"held\n"
-        _wait("tinyproxy to log its capacity", lambda: "Maximum number of connections reached" in n.stdout.read_text())
+        _wait("tinyproxy to log its capacity", lambda: "at accept: MaxClients in use" in n.stdout.read_text())
         assert full.stdin is not None
         full.stdin.close()
         full.wait(timeout=10)
-        # Once each time tinyproxy goes from below MaxClients to full (the backlog's connections refill it as the
-        # first close): what is counted is what the log says, line for line.
-        _wait(
-            "the capacity to be counted",
-            lambda: (
-                n.metrics()["tinyproxy_capacity_reached_total"]
-                == n.stdout.read_text().count("Maximum number of connections reached")
-                >= 1
-            ),
-        )
+        # tinyproxy resets the two beyond MaxClients at accept (patch 0006) and logs them a line a second with their
+        # count: what is counted is what the log says.
+        full_lines = re.findall(r"Refused (\d+) connection\(s\) at accept: MaxClients in use", n.stdout.read_text())
+        assert sum(int(count) for count in full_lines) == 2, full_lines
+        _wait("the capacity to be counted", lambda: n.metrics()["tinyproxy_capacity_reached_total"] == 2)
 
         # A reload (SIGUSR1, as the DaemonSet's config watcher will send) with a new generation file.
         (n.root / f"etc/tinyproxy/{GENERATION_KEY}").write_text("0123456789abcdef\n")
@@ -395,7 +397,7 @@ def test_the_metrics_port_is_not_reachable_through_the_proxy_and_the_firewall_sp
         n.start_exporter()
         metrics = n.metrics()
         assert metrics['tinyproxy_firewall_refusals_total{rule="node"}'] == 1  # the request for :9888 above
-        for rule in ("deny-ranges", "cluster-ranges", "per-client-connections", "per-client-rate", "loopback-reserve"):
+        for rule in ("deny-ranges", "cluster-ranges", "per-client-rate"):
             assert metrics[f'tinyproxy_firewall_refusals_total{{rule="{rule}"}}'] == 0, rule
 
 

@@ -239,10 +239,11 @@ def test_the_kernel_limits_each_clients_rate_and_tinyproxy_counts_its_share() ->
         "}",
     ]
     assert "ct count" not in firewall_rules(settings)
-    conf = tinyproxy_conf(settings, settings.allowed_sources()).splitlines()
-    assert ["MaxClients 3584", "MaxConnectionsPerClient 16", "LoopbackReserve 32"] == [
-        line for line in conf if line.split(" ")[0] in ("MaxClients", "MaxConnectionsPerClient", "LoopbackReserve")
+    lines = tinyproxy_conf(settings, settings.allowed_sources()).splitlines()
+    limits = [
+        line for line in lines if line.split(" ")[0] in ("MaxClients", "MaxConnectionsPerClient", "LoopbackReserve")
     ]
+    assert limits == ["MaxClients 3584", "MaxConnectionsPerClient 16", "LoopbackReserve 32"]
     changed = parse_settings(
         {
             "cluster": {**CLUSTER, "maxPodsPerNode": 8},
@@ -263,7 +264,9 @@ def test_the_kernel_limits_each_clients_rate_and_tinyproxy_counts_its_share() ->
         "}",
     ]
     conf = tinyproxy_conf(changed, changed.allowed_sources())
-    assert "MaxClients 200\n" in conf and "MaxConnectionsPerClient 10\n" in conf and "LoopbackReserve 25\n" in conf
+    assert "MaxClients 200\n" in conf
+    assert "MaxConnectionsPerClient 10\n" in conf
+    assert "LoopbackReserve 25\n" in conf
     assert not [line for line in firewall_rules(changed).splitlines() if line.strip().startswith("set ")]
 
 
@@ -318,16 +321,26 @@ def test_each_phase_has_a_deadline() -> None:
 
 
 def test_the_memory_limit_follows_max_clients_unless_set() -> None:
-    """144 KiB a connection at worst (bench/bench_proxy_memory.py), 4 MiB besides, a quarter more, in 32 MiB steps."""
-    assert parse_settings({"cluster": CLUSTER}).deployment.limits == {"cpu": "500m", "memory": "192Mi"}
-    assert parse_settings({"cluster": CLUSTER, "deployment": {"maxClients": 256}}).deployment.limits["memory"] == "64Mi"
-    assert (
-        parse_settings({"cluster": CLUSTER, "deployment": {"maxClients": 4096}}).deployment.limits["memory"] == "736Mi"
-    )
-    own = parse_settings({"cluster": CLUSTER, "deployment": {"resources": {"limits": {"memory": "1Gi"}}}})
+    """160 KiB a connection at worst (bench/bench_proxy_memory.py), 4 MiB besides, a quarter more, in 32 MiB steps;
+    a memory limit below what maxClients needs is refused."""
+    v4 = {"podCidrs": ["10.244.0.0/16"]}
+    assert parse_settings({"cluster": v4}).deployment.limits == {"cpu": "500m", "memory": "384Mi"}  # 1792
+    assert parse_settings({"cluster": CLUSTER}).deployment.limits["memory"] == "736Mi"  # dual-stack: 3584
+    small = {"cluster": {**v4, "maxPodsPerNode": 10}, "deployment": {"maxClients": 256}}
+    assert parse_settings(small).deployment.limits["memory"] == "64Mi"
+    assert parse_settings({"cluster": v4, "deployment": {"maxClients": 4096}}).deployment.limits["memory"] == "832Mi"
+    own = parse_settings({"cluster": v4, "deployment": {"resources": {"limits": {"memory": "1Gi"}}}})
     assert own.deployment.limits == {"memory": "1Gi"}
-    container = daemonset(parse_settings({"cluster": CLUSTER}), "d")["spec"]["template"]["spec"]["containers"][0]
-    assert container["resources"]["limits"] == {"cpu": "500m", "memory": "192Mi"}
+    container = daemonset(parse_settings({"cluster": v4}), "d")["spec"]["template"]["spec"]["containers"][0]
+    assert container["resources"]["limits"] == {"cpu": "500m", "memory": "384Mi"}
+    with pytest.raises(SettingsError) as caught:
+        parse_settings({"cluster": v4, "deployment": {"resources": {"limits": {"memory": "256Mi"}}}})
+    assert caught.value.problems == [
+        "deployment.resources.limits.memory: '256Mi' is below the 284 MiB that deployment.maxClients (1792) "
+        "connections need at their worst (160 KiB each, measured by bench/bench_proxy_memory.py): a mix of clients "
+        "within maxClients could get the proxy OOM-killed (expected at least 384Mi, or no memory limit to derive it, "
+        "or a lower maxClients)"
+    ]
 
 
 def test_the_firewall_refuses_the_cluster_ranges_unless_allowed() -> None:

@@ -120,9 +120,7 @@ func (e *exporter) count(line string) bool {
 	case acceptRefusal.MatchString(msg): // patch 0006: a line a second per cause, with the count
 		m := acceptRefusal.FindStringSubmatch(msg)
 		n, _ := strconv.ParseUint(m[1], 10, 64)
-		switch {
-		case strings.HasPrefix(m[2], "not in Allow"):
-			e.c.refusals["allow"] += n
+		switch { // "not in Allow" is not counted here: check_acl logs each such connection ("Unauthorized ...")
 		case strings.HasPrefix(m[2], "over its client's share"):
 			e.c.refusals["client_share"] += n
 		case strings.HasPrefix(m[2], "MaxClients in use"):

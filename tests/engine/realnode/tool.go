@@ -10,8 +10,9 @@
 //	                                   the longest time between two successful answers (ms). SECONDS 0: until its
 //	                                   standard input closes (at most an hour), so a test stops it on a condition
 //	tool hold ADDR COUNT SECONDS       open COUNT idle TCP connections to ADDR (host:port), one after another, 2 s
-//	                                   timeout each; print one JSON object (held, refused, other) once all were tried,
-//	                                   then keep the held ones open for SECONDS
+//	                                   timeout each; print one JSON object (held, reset: accepted then reset by the
+//	                                   proxy within a second, refused, other) once all were tried, then keep the held
+//	                                   ones open for SECONDS
 //	tool flood ADDR MEGABYTES          one request to the proxy at ADDR whose headers are MEGABYTES of 100 kB lines,
 //	                                   each with its own name; one JSON object: bytes sent, the write error if one
 //	                                   stopped it, and the answer's status line
@@ -25,6 +26,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -172,23 +174,40 @@ func isClosed(c <-chan struct{}) bool {
 }
 
 func hold(addr string, count, seconds int) {
-	var held []net.Conn
+	var open []net.Conn
 	refused, other := 0, 0
 	for i := 0; i < count; i++ {
 		conn, err := net.DialTimeout("tcp", addr, 2*time.Second)
 		switch {
 		case err == nil:
-			held = append(held, conn)
+			open = append(open, conn)
 		case strings.Contains(err.Error(), "connection refused"):
 			refused++
 		default:
 			other++
 		}
 	}
-	enc, _ := json.Marshal(map[string]int{"held": len(held), "refused": refused, "other": other})
+	// tinyproxy accepts a connection beyond the client's share and resets it at once (patch 0006): a read within a
+	// second tells the held ones (no byte, the deadline) from the reset ones (an error), all read at once.
+	results := make(chan bool, len(open))
+	for _, conn := range open {
+		go func(c net.Conn) {
+			c.SetReadDeadline(time.Now().Add(time.Second))
+			_, err := c.Read(make([]byte, 1))
+			var timeout net.Error
+			results <- err != nil && errors.As(err, &timeout) && timeout.Timeout()
+		}(conn)
+	}
+	reset := 0
+	for range open {
+		if !<-results {
+			reset++
+		}
+	}
+	enc, _ := json.Marshal(map[string]int{"held": len(open) - reset, "reset": reset, "refused": refused, "other": other})
 	fmt.Println(string(enc))
 	time.Sleep(time.Duration(seconds) * time.Second)
-	for _, conn := range held {
+	for _, conn := range open {
 		conn.Close()
 	}
 }
