@@ -269,6 +269,7 @@ def real(tmp_path_factory: pytest.TempPathFactory, tool: Path) -> Iterator[RealN
             [internet, str(tool), "serve", f"{ORIGIN}:443", "origin-tls", str(workdir / "origin.crt"),
              str(workdir / "origin.key")],
             [node.netns, str(tool), "serve", ":8081", "node"],
+            [internet, str(tool), "silent", f"{ORIGIN}:{SILENT_PORT}"],  # an origin that hangs (never answers)
         ]  # fmt: skip
         for netns, *command in commands:
             server = subprocess.Popen(["ip", "netns", "exec", netns, *command], stdout=subprocess.PIPE, text=True)
@@ -519,6 +520,9 @@ def test_check_probe_runs_on_the_real_node_with_the_projects_image(real: RealNod
 
 
 PROXY_ADDRESS = "http-proxy.kube-system.svc.k8s.internal:8888"
+SILENT_PORT = 81  # the silent origin's, in "the internet"
+ATTACK_PODS = 20
+SHARE = 16  # deployment.firewall.maxConnectionsPerClient's default
 
 
 def _memory_peak(real: RealNode) -> tuple[int, int]:
@@ -575,6 +579,72 @@ def test_one_pod_cannot_take_its_nodes_proxy_down(real: RealNode, example: Proje
         assert pod["status"]["containerStatuses"][0]["ready"], pod["status"]
         restarts = pod["status"]["containerStatuses"][0]["restartCount"]
         assert restarts == before["status"]["containerStatuses"][0]["restartCount"], restarts
+    assert peak < limit, (peak, limit)
+
+
+def test_twenty_pods_at_their_share_cannot_take_their_nodes_proxy_down(
+    real: RealNode, example: Project, clients: dict[str, str]
+) -> None:
+    """20 pods on node 0, each at its share (16) for 60 s, its connection slots kept busy with the four kinds that
+    took the previous image down: a GET to an origin that never answers, the same reset by its client 0.4 s later
+    (tinyproxy's thread still waits on the origin, and still counts), a request line dripped a byte every 100 ms, and
+    a 16,300-byte request line never ended; meanwhile the client pod on each node sends 20 requests a second. Every
+    one of those succeeds, no proxy pod restarts or turns unready, and node 0's proxy stays under its memory limit."""
+    names = [f"share-{i:02d}" for i in range(ATTACK_PODS)]
+    for name in names:
+        pod = _pod(name, real.node, real.tool.parent, ["sleep", "86400"], env_from=False)
+        real.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(pod))
+    before = {node: real.proxy_pod(node) for node in real.nodes}
+    kubectl = ["kubectl", "--kubeconfig", str(real.kubeconfig), "exec"]
+    attacks: list[subprocess.Popen[str]] = []
+    loads: dict[str, subprocess.Popen[str]] = {}
+    try:
+        real.kubectl("-n", "default", "wait", "--for=condition=Ready", *(f"pod/{n}" for n in names),
+                     "--timeout=180s", timeout=210)  # fmt: skip
+        silent = f"http://origin.example:{SILENT_PORT}/"
+        mix = ["/tools/tool", "mix", PROXY_ADDRESS, str(SHARE), "60", silent]
+        pipes: dict[str, Any] = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+        attacks = [subprocess.Popen([*kubectl, name, "--", *mix], **pipes) for name in names]
+        load = ["/tools/tool", "load", "http://origin.example/share", "60", "20"]
+        loads = {node: subprocess.Popen([*kubectl, pod, "--", *load], **pipes) for node, pod in clients.items()}
+        during = {node: real.proxy_pod(node) for node in real.nodes}
+        figures = {node: json.loads(load.communicate(timeout=180)[0].strip().splitlines()[-1])
+                   for node, load in loads.items()}  # fmt: skip
+        results = [json.loads(attack.communicate(timeout=120)[0].strip().splitlines()[-1]) for attack in attacks]
+    finally:
+        for proc in (*attacks, *loads.values()):
+            proc.kill()
+            proc.wait()
+        real.kubectl("delete", "pod", *names, "-n", "default", "--wait=false", check=False)
+    after = {node: real.proxy_pod(node) for node in real.nodes}
+    peak, limit = _memory_peak(real)
+    totals: dict[str, dict[str, int]] = {}
+    for result in results:
+        for kind, ends in result.items():
+            for how, count in ends.items():
+                totals.setdefault(kind, {}).setdefault(how, 0)
+                totals[kind][how] += count
+    served = "; ".join(
+        f"{node}'s client: {f['ok']} of {f['sent']} ok, longest gap {f['longestGapMs']} ms"
+        for node, f in figures.items()
+    )
+    print(
+        f"realnode: {ATTACK_PODS} pods at their share of {SHARE} for 60 s, connections by kind and end: {totals}; "
+        f"{served}; node 0's proxy memory peak {peak / 2**20:.1f} MiB of its {limit / 2**20:.0f} MiB limit",
+        file=sys.stderr,
+    )
+    for node, f in figures.items():
+        assert (f["sent"], f["failed"]) == (1200, 0), (node, f)
+    # Every kind ran (each pod's slots were busy), and the proxy refused what went beyond a pod's share.
+    assert set(totals) == {"silent", "reset", "drip", "long"}, totals
+    assert totals["reset"].get("reset-by-client", 0) > 0, totals
+    assert sum(ends.get("reset-by-proxy", 0) for ends in totals.values()) > 0, totals
+    for node in real.nodes:
+        for pod in (during[node], after[node]):
+            assert pod["metadata"]["uid"] == before[node]["metadata"]["uid"], node
+            assert pod["status"]["containerStatuses"][0]["ready"], pod["status"]
+            restarts = pod["status"]["containerStatuses"][0]["restartCount"]
+            assert restarts == before[node]["status"]["containerStatuses"][0]["restartCount"], (node, restarts)
     assert peak < limit, (peak, limit)
 
 

@@ -96,7 +96,7 @@ def changed(settings: dict[str, Any]) -> dict[str, Any]:
     the fields of its client-side create to its server-side apply manager, a preview keeps the old entry beside the
     new one (`spec.ports[1].name: Duplicate value`), as test_live.py's default-provider test shows for probes."""
     out = copy.deepcopy(settings)
-    out["deployment"] = {"maxClients": 512, "internalTrafficPolicy": "Local"}
+    out["deployment"] = {"maxClients": 4096, "internalTrafficPolicy": "Local"}
     out["proxy"]["noProxy"] = [".corp.example"]
     out["proxy"]["upstream"]["trustedCa"] = make_ca("Another Inspecting CA").cert_pem
     out["injection"]["excludeNamespaces"] = ["kube-system", "other"]

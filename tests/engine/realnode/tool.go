@@ -21,6 +21,15 @@
 //	                                   CONNECT tunnel through the proxy; print "open" once each has its connection,
 //	                                   then one JSON object: per tunnel the requests, the failed ones and the
 //	                                   connections it took (1: never cut). SECONDS 0: until standard input closes
+//	tool silent ADDR                   accept TCP connections on ADDR and never answer nor read (an origin that
+//	                                   hangs); print "ready" once listening
+//	tool mix ADDR SHARE SECONDS URL    SHARE connection slots to the proxy at ADDR for SECONDS, each kept busy in
+//	                                   turn with one kind: a GET of URL (a silent origin) left waiting; the same GET
+//	                                   reset by its client 0.4 s later (SO_LINGER 0), again and again; a request line
+//	                                   dripped a byte every 100 ms; a 16,300-byte request line never ended. A slot
+//	                                   whose connection ends opens another. One JSON object: per kind, the connections
+//	                                   opened and how they ended (closed by the proxy, reset by it, held to the end,
+//	                                   reset by the client, not connected)
 package main
 
 import (
@@ -58,6 +67,113 @@ func fetch(urls []string) {
 		out[url] = fmt.Sprintf("ok %d %s", resp.StatusCode, body)
 	}
 	enc, _ := json.Marshal(out)
+	fmt.Println(string(enc))
+}
+
+func silent(addr string) {
+	listener, err := net.Listen("tcp", addr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Println("ready")
+	var held []net.Conn
+	for {
+		conn, err := listener.Accept()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		held = append(held, conn) // never read, never answered, never closed
+	}
+}
+
+// slot runs one connection of a kind until it ends or the deadline passes; it says how it ended.
+func slot(addr, kind, url string, deadline time.Time) string {
+	conn, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		time.Sleep(200 * time.Millisecond)
+		return "not-connected"
+	}
+	defer conn.Close()
+	conn.SetDeadline(deadline)
+	ended := func(err error) string {
+		var timeout net.Error
+		switch {
+		case errors.As(err, &timeout) && timeout.Timeout():
+			return "held"
+		case err != nil && strings.Contains(err.Error(), "reset"):
+			time.Sleep(100 * time.Millisecond) // refused at accept: do not spin
+			return "reset-by-proxy"
+		default:
+			return "closed-by-proxy"
+		}
+	}
+	switch kind {
+	case "silent":
+		if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: origin.example\r\n\r\n", url); err != nil {
+			return ended(err)
+		}
+		_, err := io.Copy(io.Discard, conn)
+		if err == nil {
+			return "closed-by-proxy"
+		}
+		return ended(err)
+	case "reset":
+		if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: origin.example\r\n\r\n", url); err != nil {
+			return ended(err)
+		}
+		time.Sleep(400 * time.Millisecond)
+		conn.(*net.TCPConn).SetLinger(0)
+		return "reset-by-client"
+	case "drip":
+		line := "GET " + url + strings.Repeat("x", 100000)
+		for i := 0; i < len(line); i++ {
+			if _, err := conn.Write([]byte{line[i]}); err != nil {
+				return ended(err)
+			}
+			if time.Now().After(deadline) {
+				return "held"
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		return "held"
+	default: // long
+		if _, err := fmt.Fprintf(conn, "GET %s%s", url, strings.Repeat("a", 16300)); err != nil {
+			return ended(err)
+		}
+		_, err := io.Copy(io.Discard, conn)
+		if err == nil {
+			return "closed-by-proxy"
+		}
+		return ended(err)
+	}
+}
+
+func mix(addr string, share, seconds int, url string) {
+	deadline := time.Now().Add(time.Duration(seconds) * time.Second)
+	kinds := []string{"silent", "reset", "drip", "long"}
+	var mu sync.Mutex
+	counts := map[string]map[string]int{}
+	var wg sync.WaitGroup
+	for i := 0; i < share; i++ {
+		kind := kinds[i%len(kinds)]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				how := slot(addr, kind, url, deadline)
+				mu.Lock()
+				if counts[kind] == nil {
+					counts[kind] = map[string]int{}
+				}
+				counts[kind][how]++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	enc, _ := json.Marshal(counts)
 	fmt.Println(string(enc))
 }
 
@@ -299,7 +415,7 @@ func tunnels(url string, count, seconds int) {
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: tool fetch URL... | serve ADDR NAME [CERT KEY] | load URL SECONDS RATE | hold ADDR COUNT SECONDS | flood ADDR MEGABYTES | tunnels URL COUNT SECONDS")
+		fmt.Fprintln(os.Stderr, "usage: tool fetch URL... | serve ADDR NAME [CERT KEY] | load URL SECONDS RATE | hold ADDR COUNT SECONDS | flood ADDR MEGABYTES | tunnels URL COUNT SECONDS | silent ADDR | mix ADDR SHARE SECONDS URL")
 		os.Exit(2)
 	}
 	switch args := os.Args[2:]; os.Args[1] {
@@ -320,6 +436,21 @@ func main() {
 			os.Exit(2)
 		}
 		load(args[0], seconds, rate)
+	case "silent":
+		if len(args) != 1 {
+			os.Exit(2)
+		}
+		silent(args[0])
+	case "mix":
+		if len(args) != 4 {
+			os.Exit(2)
+		}
+		share, err1 := strconv.Atoi(args[1])
+		seconds, err2 := strconv.Atoi(args[2])
+		if err1 != nil || err2 != nil || share < 1 || seconds < 1 {
+			os.Exit(2)
+		}
+		mix(args[0], share, seconds, args[3])
 	case "tunnels":
 		if len(args) != 3 {
 			os.Exit(2)
