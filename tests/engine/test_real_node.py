@@ -570,7 +570,9 @@ def test_one_pod_cannot_take_its_nodes_proxy_down(real: RealNode, example: Proje
         file=sys.stderr,
     )
     assert held["held"] == 16, held  # firewall.maxConnectionsPerClient, counted by tinyproxy at accept
-    assert held["held"] + held["reset"] + held["refused"] == 1100, held
+    # Beyond its share every connection is refused: by the kernel's rate meter (refused), reset by tinyproxy at accept
+    # (reset), or timed out in the backlog or reset during the handshake while tinyproxy resets the others (other).
+    assert held["held"] + held["reset"] + held["refused"] + held["other"] == 1100, held
     assert flood.get("status") == "HTTP/1.0 431 Request Header Fields Too Large", flood
     assert flood.get("sent", 0) < 10_000_000, flood  # the connection was closed long before 150 MB
     assert (figures["sent"], figures["failed"]) == (1200, 0), (figures, err)
