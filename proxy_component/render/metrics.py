@@ -227,9 +227,10 @@ def _alerts(settings: Settings) -> list[Obj]:
             "for": "5m",
             "labels": {"severity": "warning"},
             "annotations": {
-                "summary": "The node proxy {{ $labels.pod }} holds 90% of maxClients or reached it.",
-                "runbook": "Find the client holding connections (kubectl logs -c metrics shows refusals by address); "
-                "raise deployment.maxClients or lower firewall.maxConnectionsPerClient.",
+                "summary": "The node proxy {{ $labels.pod }} holds 90% of maxClients or refused connections as full.",
+                "runbook": "Find who holds connections (kubectl logs -c metrics: refusals at accept name the last "
+                "address); more clients than cluster.maxPodsPerNode, or another node's pods while their proxy is away: "
+                "set cluster.maxPodsPerNode to the nodes' real limit, or raise deployment.maxClients.",
                 "runbook_url": _doc("at-capacity"),
             },
         },
