@@ -1569,10 +1569,16 @@ class Settings(_Model):
         """deployment.maxClients 0 becomes room for every pod of a node at its share (`needed_max_clients`), rounded
         up to a multiple of 256; a copy of the deployment, never a change of an instance the caller passed in."""
         if self.deployment.max_clients == 0:
-            needed = self.needed_max_clients or DEFAULT_MAX_PODS_PER_NODE * DEFAULT_CONNECTIONS_PER_CLIENT
-            derived = -(-needed // MAX_CLIENTS_STEP) * MAX_CLIENTS_STEP
-            object.__setattr__(self, "deployment", self.deployment.model_copy(update={"max_clients": derived}))
+            update = {"max_clients": self.derived_max_clients}
+            object.__setattr__(self, "deployment", self.deployment.model_copy(update=update))
         return self
+
+    @property
+    def derived_max_clients(self) -> int:
+        """What maxClients 0 becomes: `needed_max_clients` rounded up to a multiple of 256 (the default share's, when
+        the share is off)."""
+        needed = self.needed_max_clients or DEFAULT_MAX_PODS_PER_NODE * DEFAULT_CONNECTIONS_PER_CLIENT
+        return -(-needed // MAX_CLIENTS_STEP) * MAX_CLIENTS_STEP
 
     @property
     def client_families(self) -> int:
@@ -1862,7 +1868,7 @@ def _client_pool(settings: Settings) -> Iterator[str]:
     room = d.max_clients - loopback_reserve(d.max_clients)
     if room < pods:
         families = " x 2 address families (dual-stack)" if settings.client_families == 2 else ""
-        least = -(-(pods + LOOPBACK_RESERVE) // MAX_CLIENTS_STEP) * MAX_CLIENTS_STEP
+        least = settings.derived_max_clients
         yield (
             f"deployment.maxClients: {d.max_clients} leaves {room} connections to pods after the loopback reserve, but "
             f"cluster.maxPodsPerNode ({cluster.max_pods_per_node}) x deployment.firewall.maxConnectionsPerClient "

@@ -644,6 +644,18 @@ class Origin:
                     self.unattributed.append(data)
 
 
+def stop(proxy: subprocess.Popen[bytes]) -> bool:
+    """Stop tinyproxy (TERM, then KILL after 10 s); whether it was still running."""
+    alive = proxy.poll() is None
+    proxy.terminate()
+    try:
+        proxy.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proxy.kill()
+        proxy.wait()
+    return alive
+
+
 def _exchange(port: int, raw: bytes) -> bytes:
     """Send one request; what came back until the proxy closed (a reset, timeout or refusal is marked, not raised)."""
     answer = b""
@@ -700,13 +712,7 @@ def drive(cases_path: Path, binary: Path, workdir: Path) -> None:
     elapsed = time.monotonic() - started
     time.sleep(0.5)  # the origin's last connections close
     stats = _exchange(PROXY_PORT, f"GET http://{STATHOST}/ HTTP/1.1\r\nHost: {STATHOST}\r\n\r\n".encode())
-    alive = proxy.poll() is None
-    proxy.terminate()
-    try:
-        proxy.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proxy.kill()
-        proxy.wait()
+    alive = stop(proxy)
     with origin.lock:
         out = {
             "elapsed": elapsed,

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 import h11
 import pytest
 
-from tests.image.test_framing import TCHAR, _h11_te, status_of
+from tests.image.test_framing import TCHAR, _h11_te, status_of, stop
 
 if TYPE_CHECKING:
     from tests.image.conftest import UnderTest
@@ -514,13 +514,7 @@ def drive(binary: Path, workdir: Path, seconds: float) -> None:
     canary = SEEDS[0][1].replace(AUTHORITY, f"{address(canary_number)}:{ORIGIN_PORT}".encode())
     canary_answer = exchange(canary, half_close=False, idle=SEED_IDLE, cap=2 * SEED_IDLE)
     origin.settle(ORIGIN_CAP + 2)
-    alive = proxy.poll() is None
-    proxy.terminate()
-    try:
-        proxy.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proxy.kill()
-        proxy.wait()
+    alive = stop(proxy)
     with origin.lock:
         out = {
             "elapsed": elapsed,

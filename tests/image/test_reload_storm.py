@@ -34,12 +34,11 @@ from dataclasses import dataclass, field
 from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
 
-if TYPE_CHECKING:  # the module also runs as a script (its driver), where `tests` is not importable
-    from tests.image.conftest import UnderTest
+from tests.image.conftest import UnderTest
+from tests.reload_harness import serving
 
 pytestmark = pytest.mark.image
 
@@ -130,18 +129,6 @@ class _Echo(socketserver.StreamRequestHandler):
 class _EchoServer(socketserver.ThreadingTCPServer):
     daemon_threads = True
     allow_reuse_address = True
-
-
-@contextlib.contextmanager
-def serving(server: socketserver.BaseServer) -> Iterator[None]:
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(TIMEOUT)
 
 
 def _recv_all(sock: socket.socket) -> bytes:
