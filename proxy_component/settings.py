@@ -1162,10 +1162,10 @@ class DrainSettings(_Model):
 
 class DeadlineSettings(_Model):
     """How long each phase of a connection through the proxy may take, in seconds: a connection past one is closed
-    (the client gets 504 when the origin or upstream is late), so no client holds a thread longer than its phase
-    needs. Sized from what real clients allow: a client sends its request at once (Apache's RequestReadTimeout gives
-    20 to 40 s), a resolver answers within seconds, Go's http.Transport gives a connect 30 s, and nginx's
-    proxy_read_timeout waits 60 s for a response."""
+    (504 when the response's head is late, 500 when the lookup or connect fails), so no client holds a thread longer
+    than its phase needs. Sized from what real clients allow: a client sends its request at once (Apache's
+    RequestReadTimeout gives 20 to 40 s), a resolver answers within seconds, Go's http.Transport gives a connect
+    30 s, and nginx's proxy_read_timeout waits 60 s for a response."""
 
     request_head_seconds: int = Field(
         default=30,
