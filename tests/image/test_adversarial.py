@@ -927,8 +927,9 @@ POOL_CASES = [SHARE, 40]
 def test_every_pod_at_its_share(image_root: Built, flavour: str, per_pod: int) -> None:
     """All maxPodsPerNode pods open `per_pod` idle connections at once. MaxClients is derived as room for all of
     them at their share: the image gives each exactly its share, refuses the rest at accept, and still serves the
-    neighbour (a pod with its own share) and the probe (the loopback reserve). With the previous rules each pod held
-    up to 64 and the kernel's count for all reached MaxClients less 32: every other pod was reset."""
+    neighbour (a pod with its own share) and the probe (the loopback reserve). With the previous rules a pod held
+    up to 64 (asserted), and once the kernel's count for all reached MaxClients less 32 every other pod was reset
+    (recorded in the table: that count is conntrack's, collected lazily, so how soon it bites varies by machine)."""
     total = MAX_PODS * per_pod
     with scene(image_root, flavour) as s:
         attack = s.attack({"waves": [{"at": 0, "srcs": POD_IPS[:MAX_PODS], "count": per_pod, "kind": "hold"}]})
@@ -950,8 +951,9 @@ def test_every_pod_at_its_share(image_root: Built, flavour: str, per_pod: int) -
             assert held == dict.fromkeys(POD_IPS[:MAX_PODS], SHARE), held
             assert live == MAX_PODS * SHARE, live
             assert s.p.refused("over its client's share") == states.get("reset", 0), states
-        elif per_pod > SHARE:  # the flaw: the pods' connections reach the kernel's count for all
-            assert served.neighbour_fails, served
+        elif per_pod > SHARE:  # the flaw: nothing in the proxy counts a pod's connections; the kernel let a pod hold
+            # up to 64 (whether the neighbour is then reset depends on conntrack's lazy count for all: recorded above)
+            assert max(held.values(), default=0) > SHARE, held
 
 
 # --- 6. spoofed SYNs --------------------------------------------------------------------------------------------
