@@ -40,6 +40,7 @@ _VALIDATED = {
     "_api_host": "host name, IP or URL",
     "_no_proxy_entry": "NO_PROXY entry",
     "_proxy_url": "proxy URL",
+    "_upstream_url": "proxy URL, http:// only",
     "_trusted_ca": "PEM certificates (one text or a list)",
     "_quantity_text": "quantity",
     "_image_ref": "image reference",

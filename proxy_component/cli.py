@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from .dataplane.metrics import metrics_objects
 from .layers import Layered, read_stack
 from .noproxy import NoProxyError
 from .redaction import mask_url
@@ -23,7 +24,6 @@ from .render.admission import admission_objects
 from .render.helm import PROFILES, RENAMED, UnknownProfileError, profile_values, values_yaml
 from .render.kustomize import kustomization
 from .render.kyverno import kyverno_objects
-from .render.metrics import metrics_objects
 from .render.plan import owned
 from .render.trust import unreached
 from .settings import (
@@ -399,15 +399,81 @@ def _crash(what: str, exc: Exception, scrub: Callable[[str, Settings], str], set
     return EXIT_CRASH
 
 
-def _check(args: argparse.Namespace) -> int:
-    from .live import CheckError, check_cluster, connect, probe_cluster, scrub
+def _connect(args: argparse.Namespace, layered: Layered | None, management: bool = False) -> Any:
+    """The cluster a live command judges, said first on stderr (its server and context, and where they came from).
 
-    settings = _load(args.config, args)
+    With --stack, the cluster the stack's provider targets, resolved as the provider does: the stack's
+    `proxy-component:kubeconfig` and `context` (`managementKubeconfig`, `managementContext` for --capi), else the
+    ambient kubeconfig and its current context. --kubeconfig or --context naming something else is refused: the
+    settings are that stack's, so the cluster must be too."""
+    import tempfile
+
+    from .live import CheckError, connect
+
+    kubeconfig, context, origin = (
+        args.kubeconfig,
+        args.context,
+        "--kubeconfig/--context" if args.kubeconfig or args.context else "the ambient kubeconfig",
+    )
+    target = layered.target if layered is not None else None
+    if target is not None:
+        own = (
+            (target.management_kubeconfig, target.management_context)
+            if management
+            else (target.kubeconfig, target.context)
+        )
+        keys = ("managementKubeconfig", "managementContext") if management else ("kubeconfig", "context")
+        for flag, given, theirs, key in (
+            ("--kubeconfig", args.kubeconfig, own[0], keys[0]),
+            ("--context", args.context, own[1], keys[1]),
+        ):
+            if (
+                given is None
+                or given == theirs
+                or (flag == "--kubeconfig" and theirs is not None and os.path.abspath(given) == theirs)
+            ):
+                continue
+            shown = (
+                "its contents"
+                if theirs is not None and "\n" in theirs
+                else repr(theirs)
+                if theirs
+                else "nothing (the ambient kubeconfig)"
+            )
+            raise CheckError(
+                f"{flag} {given!r}: stack {target.stack} targets the cluster of its proxy-component:{key}, which is "
+                f"{shown}: drop {flag} (or set proxy-component:{key} on the stack), so that the settings and the "
+                "cluster are the same stack's"
+            )
+        kubeconfig, context = own
+        origin = f"stack {target.stack}'s " + (
+            " and ".join(f"proxy-component:{k}" for k, v in zip(keys, own, strict=True) if v)
+            or "ambient kubeconfig (it sets no proxy-component:kubeconfig)"
+        )
+    with tempfile.TemporaryDirectory() as scratch:
+        if kubeconfig is not None and "\n" in kubeconfig:  # the stack holds the file's contents
+            path = os.path.join(scratch, "kubeconfig")
+            with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as handle:
+                handle.write(kubeconfig)
+            kubeconfig = path
+        cluster = connect(kubeconfig, context)  # reads the file now: the scratch copy may go
+    print(
+        f"proxy-component {args.command}: judging the cluster at {cluster.server} (context {cluster.context or '(in-cluster)'}, "
+        f"from {origin})",
+        file=sys.stderr,
+    )
+    return cluster
+
+
+def _check(args: argparse.Namespace) -> int:
+    from .live import CheckError, check_cluster, probe_cluster, scrub
+
+    settings, layered = _load_layered(args.config, args)
     probes: list[Any] = []
     previous = _interruptible()  # the probe pods are deleted on either signal
     cluster = None
     try:
-        cluster = connect(args.kubeconfig, args.context)
+        cluster = _connect(args, layered)
         findings = check_cluster(settings, cluster)
         if args.probe:
             probes = probe_cluster(settings, cluster, args.probe, wait=args.probe_timeout, deadline=args.probe_deadline)
@@ -496,10 +562,10 @@ def _check_rollout(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
 
 
 def _rollout(args: argparse.Namespace) -> int:
-    from .live import CheckError, connect, scrub
+    from .live import CheckError, scrub
     from .live.rollout import RolloutInterruptedError, Runner, capi_plan, plan_rollout
 
-    settings = _load(args.config, args)
+    settings, layered = _load_layered(args.config, args)
     if args.namespace:
         from .live.access import workload_namespaces
 
@@ -515,7 +581,7 @@ def _rollout(args: argparse.Namespace) -> int:
     outcomes: list[Any] = []
     cluster = None
     try:
-        cluster = connect(args.kubeconfig, args.context)
+        cluster = _connect(args, layered, management=args.capi)
         if args.capi:
             machines = capi_plan(settings, cluster)
             if args.json:

@@ -15,6 +15,11 @@ from typing import Any, TypeVar
 import pulumi
 import pulumi_kubernetes as k8s
 
+from .dataplane.config import config_generation, tinyproxy_conf
+from .dataplane.firewall import firewall_rules
+from .dataplane.lifecycle import restart_inputs
+from .dataplane.metrics import grafana_dashboard, pod_monitor, prometheus_rule
+from .dataplane.workload import ip_family_fields
 from .discovery.network import ClusterNetwork
 from .explain import preview_warnings
 from .layers import CLUSTER, Layer, installation_layer, merge_layers
@@ -26,14 +31,6 @@ from .render.env import ProxyValues, env_vars, pod_env, workload_kind, workload_
 from .render.helm import PROFILES, UnknownProfileError, helm_values, profile_no_proxy
 from .render.helm import merge_values as _merge_plain
 from .render.kustomize import kustomization
-from .render.metrics import grafana_dashboard, pod_monitor, prometheus_rule
-from .render.proxy import (
-    config_generation,
-    firewall_rules,
-    ip_family_fields,
-    restart_inputs,
-    tinyproxy_conf,
-)
 from .render.runtimes import java_skip_reason
 from .render.trust import bundle_in, trust_env_vars, trust_volume, trust_volume_mount, unreached
 from .settings import (

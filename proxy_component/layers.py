@@ -14,9 +14,10 @@ ranges, its domain, its name). The rules, one for every key, so that nothing is 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ __all__ = [
     "LAYER_KEY",
     "LAYER_KEYS",
     "OUTPUT",
+    "ClusterTarget",
     "Layer",
     "Layered",
     "check_installation",
@@ -62,11 +64,27 @@ class Layer:
 
 
 @dataclass(frozen=True)
+class ClusterTarget:
+    """The cluster a stack's provider targets: `proxy-component:kubeconfig` (a path, relative to the project, or
+    the file's contents) and `proxy-component:context`, each None when the stack leaves it to the ambient
+    kubeconfig, as the provider does. `management` is the Cluster API management cluster's (`managementKubeconfig`,
+    `managementContext`)."""
+
+    stack: str
+    kubeconfig: str | None = field(default=None, repr=False)  # the contents may hold a token
+    context: str | None = None
+    management_kubeconfig: str | None = field(default=None, repr=False)
+    management_context: str | None = None
+
+
+@dataclass(frozen=True)
 class Layered:
-    """The merged settings, and for each value the layer it came from, keyed by the field path errors use."""
+    """The merged settings, and for each value the layer it came from, keyed by the field path errors use; for a
+    stack's, the cluster its provider targets."""
 
     data: dict[str, Any]
     layers: dict[str, str] = field(default_factory=dict)
+    target: ClusterTarget | None = None
 
     def layer_of(self, path: str) -> str | None:
         """The layer that gave a field path (`proxy.noProxy[3]`), or of its nearest parent that one layer gave."""
@@ -298,8 +316,9 @@ def read_stack(stack: str, cwd: str | None = None, pulumi: str = "pulumi") -> La
     settings_keys = [info.alias or name for name, info in Settings.model_fields.items()]
     data = {key: values[key] for key in settings_keys if key in values}
     data = with_project_config(data, project_config(_project_file(cwd), settings_keys), f"stack {stack}")
+    target = _target(stack, values, cwd)
     if (values.get(LAYER_KEY) or CLUSTER) == INSTALLATION:
-        return Layered(data, _paths(data, "", INSTALLATION))
+        return Layered(data, _paths(data, "", INSTALLATION), target)
 
     def outputs(name: str) -> Any:
         return _pulumi_json([pulumi, "stack", "output", "--json", "--show-secrets", "--stack", name], cwd)
@@ -308,7 +327,27 @@ def read_stack(stack: str, cwd: str | None = None, pulumi: str = "pulumi") -> La
     if isinstance(inline, str) and inline == "":
         inline = None
     installation = installation_layer(inline, values.get(INSTALLATION_STACK_KEY) or None, outputs)
-    return merge_layers(installation, Layer(CLUSTER, f"stack {stack}", data))
+    return replace(merge_layers(installation, Layer(CLUSTER, f"stack {stack}", data)), target=target)
+
+
+def _target(stack: str, values: Mapping[str, Any], cwd: str | None) -> ClusterTarget:
+    """Where the stack's provider points: its config's kubeconfig (a relative path is the program's, run in the
+    project directory) and context; empty is unset (Pulumi.yaml's defaults), as for the provider."""
+
+    def text(key: str) -> str | None:
+        value = values.get(key)
+        return value if isinstance(value, str) and value.strip() else None
+
+    def path(key: str) -> str | None:
+        value = text(key)
+        if value is None or "\n" in value:  # unset, or the file's contents
+            return value
+        expanded = os.path.expanduser(value)
+        return expanded if os.path.isabs(expanded) else str(Path(cwd or ".").resolve() / expanded)
+
+    return ClusterTarget(
+        stack, path("kubeconfig"), text("context"), path("managementKubeconfig"), text("managementContext")
+    )
 
 
 def _project_file(cwd: str | None) -> Any:

@@ -43,7 +43,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
-from .render.proxy import image_pull_secrets, node_selector, restricted_security_context, tolerations
+from .dataplane.common import restricted_security_context
+from .dataplane.workload import image_pull_secrets, node_selector, tolerations
 from .settings import PROBE_NAMESPACE, Settings
 
 __all__ = [

@@ -32,8 +32,8 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel, to_snake
 
-from .image import DEFAULT_IMAGE as OWN_IMAGE
-from .image import USER_ID as OWN_USER_ID
+from .dataplane.image import DEFAULT_IMAGE as OWN_IMAGE
+from .dataplane.image import USER_ID as OWN_USER_ID
 from .noproxy import (
     Category,
     NoProxy,
@@ -223,9 +223,18 @@ Port = Annotated[int, Field(strict=True, ge=1, le=65535)]
 ListenPort = Annotated[int, Field(strict=True, ge=1024, le=65535)]
 
 
-def _proxy_url(value: str) -> str:
-    """A proxy URL that every client can parse: http(s)://[user:pass@]host[:port], nothing else."""
-    accepted = "expected http://host:port or https://host:port, optionally with user:password@"
+def _proxy_url(value: str, upstream: bool = False) -> str:
+    """A proxy URL that every client can parse: http(s)://[user:pass@]host[:port], nothing else. For the upstream
+    (`upstream`), every message offers only http://, what tinyproxy's Upstream takes (an https:// one is refused
+    by the settings' own check, `_upstream_scheme`, with the reason)."""
+    if upstream:
+        begins = "http://"
+        accepted = (
+            "expected http://host:port, optionally with user:password@: tinyproxy reaches upstreams over plain HTTP"
+        )
+    else:
+        begins = "http:// or https://"
+        accepted = "expected http://host:port or https://host:port, optionally with user:password@"
     shown = mask_url(value)  # never the value: a typo may have moved its password anywhere
     try:
         parts = urlsplit(value.strip())
@@ -239,7 +248,7 @@ def _proxy_url(value: str) -> str:
             f"'#', '/' or '?' (percent-encode it, e.g. %23) ({accepted})"
         ) from None
     if parts.scheme not in ("http", "https") or not value.strip().lower().startswith(f"{parts.scheme}://"):
-        raise ValueError(f"{shown!r} does not begin with http:// or https:// ({accepted})")
+        raise ValueError(f"{shown!r} does not begin with {begins} ({accepted})")
     if not parts.hostname:
         raise ValueError(f"{shown!r} has no host ({accepted})")
     if not _url_host_ok(parts.hostname):
@@ -295,6 +304,13 @@ def _shown(path: str, value: Any) -> str:
 
 
 ProxyUrl = Annotated[str, AfterValidator(_proxy_url)]
+
+
+def _upstream_url(value: str) -> str:
+    return _proxy_url(value, upstream=True)
+
+
+UpstreamUrl = Annotated[str, AfterValidator(_upstream_url)]
 
 
 _PEM_BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----\r?\n(.*?)-----END \1-----", re.DOTALL)
@@ -401,7 +417,7 @@ class _Model(BaseModel):
 class UpstreamSettings(_Model):
     """A corporate proxy that tinyproxy chains to; its credentials stay in a Secret."""
 
-    url: ProxyUrl
+    url: UpstreamUrl
     username: str | None = None
     password: SecretStr | None = None
     no_upstream: list[NoProxyEntry] = Field(
@@ -709,7 +725,7 @@ DEFAULT_FIREWALL_DENY: tuple[str, ...] = (
 )
 
 
-# The images the DaemonSet runs by default: the project's own (proxy_component/image.py, built by scripts/image), for
+# The images the DaemonSet runs by default: the project's own (proxy_component/dataplane/image.py, built by scripts/image), for
 # both containers and the probe pods, tagged with its tinyproxy's Debian version. Why the digest pin is yours to
 # add, as `image:tag@sha256:...`, is in docs/guides/images.md.
 DEFAULT_IMAGE = OWN_IMAGE

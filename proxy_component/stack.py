@@ -43,7 +43,7 @@ from .layers import (
     project_config,
     with_project_config,
 )
-from .settings import NETWORK_FIELDS, Settings, SettingsError, parse_settings
+from .settings import NETWORK_FIELDS, Settings, SettingsError, parse_settings, redact_url
 
 __all__ = ["CONFIG_NAMESPACE", "Discover", "discover_from_config", "main", "settings_from_config", "stop_quietly"]
 
@@ -468,22 +468,19 @@ def main() -> ClusterProxy | None:
 
 @contextlib.contextmanager
 def _kube_client(kubeconfig: str | None, context: str | None) -> Iterator[Any]:
-    """An API client for the cluster the stack targets, or None when there is no usable kubeconfig or no
-    `kubernetes` package (the `check` extra, which requirements.txt installs): the engine then reports on the
-    objects whatever it finds."""
+    """An API client for the cluster the stack targets, or None when there is no usable kubeconfig (the engine then
+    reports on the objects whatever it finds). The `kubernetes` client is a dependency: an install without it is
+    broken, and the program refuses to plan rather than plan without reading what an earlier layout named."""
     import tempfile
 
     try:
         from kubernetes import config as kubeconfig_loader
     except ImportError:
-        pulumi.log.warn(
-            "the Kubernetes client is not installed (the check extra: pip install -r requirements.txt), so the "
-            "stack program cannot read the cluster before registering: listed namespaces that do not exist are not "
-            "named, and a stack made by an earlier layout may see its provider replaced or its first preview fail "
-            "(docs/guides/upgrades.md)"
-        )
-        yield None
-        return
+        raise pulumi.RunError(
+            "the kubernetes package, a dependency of proxy-component, is missing from the program's environment, so "
+            "the stack program cannot read the cluster before planning (an earlier layout's objects could be planned "
+            "as replaced): reinstall with `pip install -U proxy-component`, then run the preview again"
+        ) from None
     with tempfile.TemporaryDirectory() as scratch:
         path = kubeconfig
         if kubeconfig is not None and "\n" in kubeconfig:  # the contents, not a path
@@ -526,7 +523,7 @@ def _require_namespaces(settings: Settings, api: Any) -> None:
     if missing:
         raise SettingsError(
             [
-                f"namespaces: {name!r} does not exist in the cluster ({api.configuration.host}): create it before "
+                f"namespaces: {name!r} does not exist in the cluster ({redact_url(str(api.configuration.host))}): create it before "
                 "`pulumi up`, or remove it from namespaces (and helmValuesSecrets)"
                 for name in missing
             ]
@@ -535,19 +532,36 @@ def _require_namespaces(settings: Settings, api: Any) -> None:
 
 def read_live_daemonset(settings: Settings, api: Any) -> LiveDaemonSet | None:
     """The proxy's DaemonSet as the cluster holds it now, for what its field managers say (`LiveDaemonSet`); None
-    when it does not exist or cannot be read (the engine then reports on the objects)."""
+    when it does not exist (404) or there is no usable kubeconfig (the engine then reports on the objects).
+
+    Any other failure (forbidden, unreachable, a timeout) refuses to plan: without the read, a stack made by an
+    earlier layout could be planned with its provider and objects replaced (docs/guides/upgrades.md)."""
     if api is None:
         return None
     from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
 
     deployment = settings.deployment
+    where = f"DaemonSet {deployment.namespace}/{deployment.service_name} from {redact_url(str(api.configuration.host))}"
     try:
         response: Any = client.AppsV1Api(api).read_namespaced_daemon_set(
             deployment.service_name, deployment.namespace, _request_timeout=10, _preload_content=False
         )  # the raw response: managedFields as the API server spells them
         data = json.loads(response.data)
-    except Exception:  # absent (404), forbidden or unreachable
-        return None
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise pulumi.RunError(
+            f"the stack program could not read the {where} ({exc.status} {exc.reason}), which it reads before "
+            "planning so that an upgrade replaces nothing: give the stack's credentials `get` on daemonsets in "
+            f"{deployment.namespace!r} (docs/guides/upgrades.md), then run the preview again"
+        ) from None
+    except Exception as exc:  # unreachable, a timeout, an answer that is not JSON
+        raise pulumi.RunError(
+            f"the stack program could not read the {where} ({type(exc).__name__}), which it reads before planning "
+            "so that an upgrade replaces nothing: check proxy-component:kubeconfig and proxy-component:context (or "
+            "the ambient kubeconfig) and that the API server answers, then run the preview again"
+        ) from None
     return LiveDaemonSet.from_object(data) if isinstance(data, Mapping) else None
 
 

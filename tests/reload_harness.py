@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from proxy_component.dataplane.lifecycle import RELOAD_LOG_PREFIX, proxy_command
 from proxy_component.render import manifests
-from proxy_component.render.proxy import RELOAD_LOG_PREFIX, proxy_command
 from proxy_component.settings import Settings
 
 TIMEOUT = 5.0

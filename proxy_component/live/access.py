@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ..dataplane.common import config_name
+from ..dataplane.config import config_is_secret
 from ..render.env import (
     CONFIG_NAME,
 )
-from ..render.proxy import config_is_secret, config_name
 from ..render.trust import BUNDLE_NAME, trust_namespaces
 from ..settings import PROBE_NAMESPACE, Settings
 from .cluster import (

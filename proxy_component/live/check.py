@@ -20,6 +20,11 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple
 
+from ..dataplane.common import APP_LABEL, config_name
+from ..dataplane.config import GENERATION_ANNOTATION, config_is_secret
+from ..dataplane.lifecycle import RELOAD_LOG_PREFIX, STATUS_PERIOD
+from ..dataplane.metrics import METRICS_CONTAINER
+from ..dataplane.workload import CONTROL_PLANE_LABEL, NO_DAEMONSET_LABELS
 from ..noproxy import NoProxy
 from ..render import plain_values
 from ..render.admission import admission_api_version
@@ -30,17 +35,6 @@ from ..render.env import (
     env_pairs,
     proxy_config_object,
     reads_proxy_config,
-)
-from ..render.metrics import METRICS_CONTAINER
-from ..render.proxy import (
-    APP_LABEL,
-    CONTROL_PLANE_LABEL,
-    GENERATION_ANNOTATION,
-    NO_DAEMONSET_LABELS,
-    RELOAD_LOG_PREFIX,
-    STATUS_PERIOD,
-    config_is_secret,
-    config_name,
 )
 from ..render.runtimes import python_no_proxy
 from ..render.trust import BUNDLE_NAME, trust_bundle_object, trust_namespaces
@@ -355,7 +349,7 @@ def _service_range(cluster: Cluster, no_proxy: list[Net]) -> Iterator[Finding]:
             )  # fmt: skip
 
 
-# Nodes where DaemonSet pods never run: the labels the DaemonSet's node affinity excludes (render.proxy), and
+# Nodes where DaemonSet pods never run: the labels the DaemonSet's node affinity excludes (dataplane.workload), and
 # virtual-kubelet's taint.
 NO_DAEMONSET_TAINT = "virtual-kubelet.io/provider"
 
@@ -487,7 +481,7 @@ def _proxy(settings: Settings, cluster: Cluster, all_nodes: list[Obj]) -> Iterat
     yield from _upstream_failing(settings, {node: upstream for node, (_, upstream) in logs.items()})
 
 
-# What the tinyproxy container's watcher says it runs (render.proxy.proxy_command): the config generation and the
+# What the tinyproxy container's watcher says it runs (dataplane.lifecycle.proxy_command): the config generation and the
 # kubelet's directory of its files, `..YYYY_MM_DD_hh_mm_ss.N`, named by when the kubelet wrote them (UTC).
 _LOADED = re.compile(r"config generation (\S+) \(files (\S+)\)")
 _KUBELET_DIR = re.compile(r"^\.\.(\d{4})_(\d\d)_(\d\d)_(\d\d)_(\d\d)_(\d\d)\.")

@@ -115,6 +115,9 @@ class Cluster:
     clients: dict[str, Any]  # "core", "apps", "batch", "networking" -> the client's API objects
     server: str
     requests: int = 0
+    # The kubeconfig context the clients use ("" for a Pod's service account), for the line that says which cluster
+    # a command judges.
+    context: str = ""
     accessed: set[Access] = field(default_factory=set)
     # Within `remembering()`: each get's and each whole list's result, so that the parts of one command that read the
     # same object (check's proxy-config and its stale pods) make one request. None: every call asks the API server.
@@ -505,7 +508,9 @@ def connect(kubeconfig: str | None = None, context: str | None = None) -> Cluste
         from kubernetes import client, config
         from kubernetes.config.config_exception import ConfigException
     except ImportError:
-        raise CheckError("the kubernetes client is not installed (pip install 'proxy-component[check]')") from None
+        raise CheckError(
+            "the kubernetes package, a dependency of proxy-component, is missing: pip install -U proxy-component"
+        ) from None
     if kubeconfig is None and context is None and _in_pod():
         configuration = client.Configuration()
         try:
@@ -517,12 +522,25 @@ def connect(kubeconfig: str | None = None, context: str | None = None) -> Cluste
         default = os.environ.get("KUBECONFIG") or os.path.exists(os.path.expanduser("~/.kube/config"))
         if kubeconfig is None and not default:
             raise CheckError(_NO_KUBECONFIG)
+        where = f"kubeconfig {kubeconfig or os.environ.get('KUBECONFIG') or '~/.kube/config'}"
+        try:
+            contexts, current = config.list_kube_config_contexts(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+        except ConfigException as exc:
+            raise CheckError(f"{where}: {exc}") from None
+        except OSError as exc:
+            raise CheckError(f"{where}: cannot read ({exc.strerror})") from None
+        names = sorted(str(c.get("name")) for c in contexts or [] if isinstance(c, dict))
+        if context is not None and context not in names:
+            raise CheckError(
+                f"context {context!r} is not in {where} (expected one of: {', '.join(names) or 'none, it has no contexts'})"
+            )
+        context = context or (str(current.get("name")) if isinstance(current, dict) else None)
         try:
             api = config.new_client_from_config(config_file=kubeconfig, context=context)  # type: ignore[no-untyped-call]
         except ConfigException as exc:
-            raise CheckError(f"kubeconfig {kubeconfig or '(default)'}: {exc}") from None
+            raise CheckError(f"{where}: {exc}") from None
         except OSError as exc:
-            raise CheckError(f"kubeconfig {kubeconfig or '(default)'}: cannot read ({exc.strerror})") from None
+            raise CheckError(f"{where}: cannot read ({exc.strerror})") from None
     clients = {
         "core": client.CoreV1Api(api),
         "apps": client.AppsV1Api(api),
@@ -532,7 +550,7 @@ def connect(kubeconfig: str | None = None, context: str | None = None) -> Cluste
         "discovery": client.CustomObjectsApi(api),  # get_api_resources: GET /apis/<group>/<version>
         "custom": client.CustomObjectsApi(api),
     }
-    return Cluster(clients, server=redact_url(str(api.configuration.host)))
+    return Cluster(clients, server=redact_url(str(api.configuration.host)), context=context or "")
 
 
 def _status_message(exc: Exception) -> str:

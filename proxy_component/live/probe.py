@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..dataplane.common import APP_LABEL
 from ..probe import (
     RUN_LABEL,
     ProbeResult,
@@ -24,7 +25,6 @@ from ..probe import (
     tls_client,
     wait_until,
 )
-from ..render.proxy import APP_LABEL
 from ..settings import PROBE_NAMESPACE, Settings
 from .cluster import (
     POD_LOGS,

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..dataplane.config import config_generation, tinyproxy_conf
+from ..dataplane.lifecycle import restart_inputs
 from ..settings import NetworkValues, Settings, SettingsError
 from .capi import kubeadm_config_spec, kubeadm_config_template_patch, kubeadm_control_plane_patch
 from .digest import stamped
 from .env import ProxyValues, env_vars, workload_values
 from .plan import PlanInputs, Planned, check_allow_sources, check_unique, node_values, plan, plan_checks
-from .proxy import config_generation, restart_inputs, tinyproxy_conf
 
 __all__ = [
     "PlanInputs",

@@ -14,6 +14,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..dataplane.config import config_object
+from ..dataplane.metrics import grafana_dashboard_object, pod_monitor, prometheus_rule
+from ..dataplane.workload import daemonset, service
 from ..settings import Check, Settings, SettingsError
 from .admission import admission_policy, admission_policy_binding
 from .capi import (
@@ -36,8 +39,6 @@ from .helm import (
     values_yaml,
 )
 from .kyverno import CLONE_CONFIG_NAME, CLONE_TRUST_NAME, cluster_policy, generating_policies, mutating_policy
-from .metrics import grafana_dashboard_object, pod_monitor, prometheus_rule
-from .proxy import config_object, daemonset, service
 from .trust import trust_bundle_object, trust_manager_bundle, trust_namespaces
 
 __all__ = [

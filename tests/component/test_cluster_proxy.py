@@ -10,7 +10,8 @@ import pulumi_kubernetes as k8s
 import pytest
 
 from proxy_component import ClusterNetwork, ClusterProxy, ClusterProxyArgs, SettingsError
-from proxy_component.render.proxy import RESTART_ANNOTATION, firewall_rules, restart_inputs
+from proxy_component.dataplane.firewall import firewall_rules
+from proxy_component.dataplane.lifecycle import RESTART_ANNOTATION, restart_inputs
 from proxy_component.settings import NetworkValues, parse_settings
 from tests.conftest import ROOT, Harness, holds_secret
 

@@ -233,8 +233,8 @@ def test_with_credentials_the_kustomization_holds_only_secret_refs(mocked: Harne
 
 
 def test_metrics_output_and_objects_match_the_render_and_hold_no_credential(mocked: Harness) -> None:
+    from proxy_component.dataplane.metrics import grafana_dashboard, prometheus_rule
     from proxy_component.render import manifests
-    from proxy_component.render.metrics import grafana_dashboard, prometheus_rule
 
     metrics = {"enabled": True, "podMonitor": True, "prometheusRule": True, "grafanaDashboard": True}
     settings = {**PLAIN, "proxy": {"upstream": {"url": "http://proxy.corp:3128", "username": "svc",

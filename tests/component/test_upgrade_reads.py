@@ -6,10 +6,21 @@ whole upgrade (tests/engine/test_upgrades.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import http.server
+import importlib.metadata
+import json
+import socket
+import threading
+from collections.abc import Iterator
 from typing import Any
 
-from proxy_component.stack import LiveDaemonSet
+import pulumi
+import pytest
+
+from proxy_component.settings import parse_settings
+from proxy_component.stack import LiveDaemonSet, read_live_daemonset
 
 CONTAINER = 'k:{"name":"tinyproxy"}'
 
@@ -89,3 +100,89 @@ def test_unexpected_shapes_read_as_nothing() -> None:
     broken["metadata"]["managedFields"][0]["fieldsV1"] = None
     assert LiveDaemonSet.from_object(broken).csa_handlers == {}
     assert LiveDaemonSet.from_object(daemonset()).stale_probes(None) == []
+
+
+# --- the live read itself: against a loopback server playing the API server ---------------------------------------
+
+
+@contextlib.contextmanager
+def api_server(status: int, body: bytes) -> Iterator[Any]:
+    """An API client for a server on loopback that answers every request with `status` and `body`."""
+    from kubernetes import client
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        configuration = client.Configuration()
+        configuration.host = f"http://svc:{PASSWORD}@127.0.0.1:{server.server_address[1]}"
+        yield client.ApiClient(configuration)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+PASSWORD = "Upgr4de-read-pw"
+SETTINGS = parse_settings({"cluster": {"name": "t", "podCidrs": ["10.99.0.0/16"], "serviceCidrs": ["10.96.0.0/12"]}})
+
+
+def test_a_daemonset_that_does_not_exist_reads_as_none() -> None:
+    with api_server(404, b'{"kind":"Status","code":404,"reason":"NotFound"}') as api:
+        assert read_live_daemonset(SETTINGS, api) is None
+
+
+def test_a_read_daemonset_is_its_managed_fields() -> None:
+    with api_server(200, json.dumps(daemonset()).encode()) as api:
+        live = read_live_daemonset(SETTINGS, api)
+    assert live is not None
+    assert live.applied_by_pulumi
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "said"),
+    [
+        (403, b'{"kind":"Status","code":403,"reason":"Forbidden"}', "(403 Forbidden)"),
+        (500, b"{}", "(500 Internal Server Error)"),
+        (200, b"not json", "(JSONDecodeError)"),
+    ],
+)
+def test_a_daemonset_that_cannot_be_read_refuses_to_plan(status: int, body: bytes, said: str) -> None:
+    """Issue 44: the upgrade guard never rests on luck. A read that fails for any reason but 404 stops the program
+    with what to do, before anything is registered; the API server's URL is shown without its userinfo."""
+    with api_server(status, body) as api, pytest.raises(pulumi.RunError) as raised:
+        read_live_daemonset(SETTINGS, api)
+    text = str(raised.value)
+    assert "DaemonSet kube-system/http-proxy from http://***@127.0.0.1:" in text, text
+    assert said in text, text
+    assert "run the preview again" in text, text
+    assert PASSWORD not in text
+
+
+def test_an_unreachable_api_server_refuses_to_plan() -> None:
+    from kubernetes import client
+
+    with socket.socket() as s:  # a port that nothing listens on: bound, never listening
+        s.bind(("127.0.0.1", 0))
+        configuration = client.Configuration()
+        configuration.host = f"http://127.0.0.1:{s.getsockname()[1]}"
+        with pytest.raises(pulumi.RunError) as raised:
+            read_live_daemonset(SETTINGS, client.ApiClient(configuration))
+    assert "proxy-component:kubeconfig and proxy-component:context" in str(raised.value)
+
+
+def test_the_kubernetes_client_is_a_dependency_not_an_extra() -> None:
+    """No install decides what an upgrade replaces: the client the live read needs comes with the package."""
+    requires = importlib.metadata.requires("proxy-component") or []
+    core = [r for r in requires if "extra ==" not in r]
+    assert any(r.replace(" ", "").startswith("kubernetes>=") for r in core), core

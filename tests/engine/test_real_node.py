@@ -35,7 +35,7 @@ from typing import Any
 import pytest
 import yaml
 
-from proxy_component.image import DEFAULT_IMAGE
+from proxy_component.dataplane.image import DEFAULT_IMAGE
 from proxy_component.live.access import CHECK_NAME
 from proxy_component.settings import PROBE_NAMESPACE
 from tests.pki import make_ca, make_leaf
@@ -354,7 +354,7 @@ def _tinyproxy_pid(real: RealNode, node: str | None = None) -> int:
             cgroup = (proc / "cgroup").read_text()
         except OSError:
             continue
-        # The container's tinyproxy, its watcher shell's child (render.proxy.proxy_command); not a check of new
+        # The container's tinyproxy, its watcher shell's child (dataplane.lifecycle.proxy_command); not a check of new
         # files, which names the kubelet's timestamped directory.
         if (
             cmdline[:4] == [b"tinyproxy", b"-d", b"-c", b"/etc/tinyproxy/tinyproxy.conf"]

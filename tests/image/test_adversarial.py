@@ -40,7 +40,10 @@ from typing import Any
 
 import pytest
 
-from proxy_component.render.proxy import daemonset, firewall_command, firewall_rules, restart_inputs, tinyproxy_conf
+from proxy_component.dataplane.config import tinyproxy_conf
+from proxy_component.dataplane.firewall import firewall_command, firewall_rules
+from proxy_component.dataplane.lifecycle import restart_inputs
+from proxy_component.dataplane.workload import daemonset
 from proxy_component.settings import Settings, loopback_reserve, parse_settings, proxy_memory_needed, quantity_bytes
 from tests.image.test_build import IMAGE_PATH, Built, _scripts_image, _unpack, in_image
 
@@ -960,7 +963,7 @@ def test_every_pod_at_its_share(image_root: Built, flavour: str, per_pod: int) -
 
 
 SYN_CASES = [(2_000, "10.99.0.0/24", 100, 249), (20_000, SPOOF_ROUTED, 1, 20_000), (70_000, SPOOF_ROUTED, 1, 70_000)]
-METER_SIZE = 65_535  # the rendered rate meters' size (proxy_component/render/proxy.py)
+METER_SIZE = 65_535  # the rendered rate meters' size (proxy_component/dataplane/firewall.py)
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)

@@ -31,15 +31,10 @@ from typing import Any
 
 import pytest
 
-from proxy_component.image import DEFAULT_IMAGE, TINYPROXY_COMMIT, TINYPROXY_VERSION
+from proxy_component.dataplane.config import tinyproxy_conf, tinyproxy_filter
+from proxy_component.dataplane.firewall import FIREWALL_TABLE, firewall_command, firewall_rules
+from proxy_component.dataplane.image import DEFAULT_IMAGE, TINYPROXY_COMMIT, TINYPROXY_VERSION
 from proxy_component.probe import TlsClient, classify, parse_targets, parse_transcript, pod_script, tls_client
-from proxy_component.render.proxy import (
-    FIREWALL_TABLE,
-    firewall_command,
-    firewall_rules,
-    tinyproxy_conf,
-    tinyproxy_filter,
-)
 from tests.integration.test_probe_live import CONFIGURED, OTHER, WAIT, _free_port, _Http, _settings, _Tls, serving
 from tests.integration.test_tinyproxy_live import with_port
 

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy_component.render.metrics import (
+from proxy_component.dataplane.config import config_object, tinyproxy_conf, tinyproxy_filter
+from proxy_component.dataplane.metrics import (
     COUNTERS_FILE,
     GENERATION_KEY,
     LOG_DIR,
@@ -31,7 +32,6 @@ from proxy_component.render.metrics import (
     log_file_container,
     metrics_container,
 )
-from proxy_component.render.proxy import config_object, tinyproxy_conf, tinyproxy_filter
 from proxy_component.settings import Settings, parse_settings
 from tests.image.test_build import Built, _scripts_image, _unpack
 
@@ -375,7 +375,7 @@ def test_the_metrics_port_is_not_reachable_through_the_proxy_and_the_firewall_sp
     exporter (its own UID) still reads the stats page on loopback. With `metrics.firewallCounters`, the counters
     container's command (the image's nft, root with the log volume alone writable) lists the table, and the exporter
     counts that refusal under the kernel rule that made it."""
-    from proxy_component.render.proxy import firewall_command
+    from proxy_component.dataplane.firewall import firewall_command
     from tests.image.test_build import IMAGE_PATH, in_image
 
     (image_root.root / "etc/resolv.conf").write_text("nameserver 127.0.0.53\n")

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy_component.render.proxy import firewall_command, firewall_rules
+from proxy_component.dataplane.firewall import firewall_command, firewall_rules
 from proxy_component.settings import Settings, parse_settings
 from tests.image.test_build import IMAGE_PATH, Built, _scripts_image, _unpack
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from proxy_component.dataplane.config import tinyproxy_conf, tinyproxy_filter
 from proxy_component.probe import (
     ProbeResult,
     Target,
@@ -35,7 +36,6 @@ from proxy_component.probe import (
     pod_script,
     tls_client,
 )
-from proxy_component.render.proxy import tinyproxy_conf, tinyproxy_filter
 from proxy_component.settings import Settings
 from tests.integration.test_tinyproxy_live import example_settings, with_port
 from tests.pki import Issued, make_ca, make_leaf

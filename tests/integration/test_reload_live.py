@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from proxy_component.render.proxy import GENERATION_KEY
+from proxy_component.dataplane.metrics import GENERATION_KEY
 from proxy_component.settings import Settings, parse_settings
 from tests.reload_harness import (
     TIMEOUT,

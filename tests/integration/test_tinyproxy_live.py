@@ -28,7 +28,8 @@ from typing import Any
 import pytest
 import yaml
 
-from proxy_component.render.proxy import daemonset, tinyproxy_conf, tinyproxy_filter
+from proxy_component.dataplane.config import tinyproxy_conf, tinyproxy_filter
+from proxy_component.dataplane.workload import daemonset
 from proxy_component.settings import Settings, parse_settings
 from tests.reload_harness import serving
 

@@ -42,8 +42,8 @@ import pulumi
 import pytest
 
 from proxy_component.clients import TRUST
+from proxy_component.dataplane.config import tinyproxy_conf, tinyproxy_filter
 from proxy_component.render import plain_values
-from proxy_component.render.proxy import tinyproxy_conf, tinyproxy_filter
 from proxy_component.render.trust import MOUNT_PATH, PublicRoots, trust_bundle_object
 from proxy_component.settings import Settings, parse_settings
 from proxy_component.transform import proxy_env_transform

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from proxy_component._release import project_version
-from proxy_component.image import REPOSITORY
+from proxy_component.dataplane.image import REPOSITORY
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.package

@@ -19,7 +19,7 @@ from types import ModuleType
 
 import pytest
 
-from proxy_component.image import (
+from proxy_component.dataplane.image import (
     DEFAULT_IMAGE,
     REPOSITORY,
     TINYPROXY_ARCHIVE,
@@ -85,7 +85,7 @@ def _pins(arch: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("arch", ["amd64", "arm64"])
 def test_scripts_image_builds_the_reference_the_settings_default_to(arch: str) -> None:
-    """scripts/image takes the repository and tag from proxy_component/image.py; the Debian pins hold no tinyproxy,
+    """scripts/image takes the repository and tag from proxy_component/dataplane/image.py; the Debian pins hold no tinyproxy,
     which is built from upstream's source."""
     done = subprocess.run(
         ["bash", str(ROOT / "scripts/image"), "ref", arch], capture_output=True, text=True, check=False
@@ -128,7 +128,7 @@ def test_scripts_image_refuses_pins_that_bring_a_debian_tinyproxy(tmp_path: Path
     """A pin file with Debian's tinyproxy would list a second tinyproxy, and its version, in the image's package
     database: the build stops before anything is built."""
     checkout = tmp_path / "checkout"
-    for part in ("scripts/image", "proxy_component/image.py", "images/proxy/packages.amd64"):
+    for part in ("scripts/image", "proxy_component/dataplane/image.py", "images/proxy/packages.amd64"):
         (checkout / part).parent.mkdir(parents=True, exist_ok=True)
         (checkout / part).write_text((ROOT / part).read_text())
     pins = checkout / "images/proxy/packages.amd64"
@@ -137,12 +137,12 @@ def test_scripts_image_refuses_pins_that_bring_a_debian_tinyproxy(tmp_path: Path
     assert done.returncode == 1
     assert done.stderr == (
         "scripts/image: images/proxy/packages.amd64 pins tinyproxy-bin=1.11.2-1, but the image's tinyproxy is built "
-        "from upstream's source (proxy_component/image.py's TINYPROXY_COMMIT): remove it\n"
+        "from upstream's source (proxy_component/dataplane/image.py's TINYPROXY_COMMIT): remove it\n"
     )
 
 
 def test_the_repository_is_named_in_one_source_file() -> None:
-    """scripts/image, the workflow and the settings read it from proxy_component/image.py; none spells it again."""
+    """scripts/image, the workflow and the settings read it from proxy_component/dataplane/image.py; none spells it again."""
     sources = [
         *(ROOT / "proxy_component").rglob("*.py"),
         *(ROOT / "scripts").iterdir(),
@@ -150,7 +150,7 @@ def test_the_repository_is_named_in_one_source_file() -> None:
         *(ROOT / ".github/workflows").iterdir(),
     ]
     naming = sorted(str(p.relative_to(ROOT)) for p in sources if p.is_file() and REPOSITORY in p.read_text())
-    assert naming == ["proxy_component/image.py"]
+    assert naming == ["proxy_component/dataplane/image.py"]
 
 
 def _oci() -> ModuleType:

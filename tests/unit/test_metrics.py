@@ -14,9 +14,10 @@ import pytest
 import yaml
 
 from proxy_component.cli import main
+from proxy_component.dataplane.config import config_generation, config_object, tinyproxy_conf
+from proxy_component.dataplane.metrics import ALERTS, LOG_FILE, metrics_objects, prometheus_rule
+from proxy_component.dataplane.workload import daemonset
 from proxy_component.render import manifests
-from proxy_component.render.metrics import ALERTS, LOG_FILE, metrics_objects, prometheus_rule
-from proxy_component.render.proxy import config_generation, config_object, daemonset, tinyproxy_conf
 from proxy_component.settings import Settings, SettingsError, parse_settings
 
 CLUSTER = {"podCidrs": ["10.244.0.0/16"], "nodeCidrs": ["192.168.0.0/24"]}
@@ -103,7 +104,7 @@ def test_firewall_counters_are_opt_in_a_third_container_root_with_net_admin_alon
     assert "ports" not in counters
     assert containers["metrics"]["command"][-2:] == ["--firewall-counters", "/var/log/tinyproxy/firewall.json"]
     # Every refusing rule carries the comment the exporter reads it by.
-    from proxy_component.render.proxy import FIREWALL_RULES, firewall_rules
+    from proxy_component.dataplane.firewall import FIREWALL_RULES, firewall_rules
 
     rules = firewall_rules(_settings({"firewallCounters": True}))
     assert {m for m in re.findall(r'counter reject with tcp reset comment "([a-z-]+)"', rules)} == set(FIREWALL_RULES)

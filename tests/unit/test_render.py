@@ -6,20 +6,18 @@ import hashlib
 
 import pytest
 
-from proxy_component.render.env import ProxyValues, env_vars, proxy_config_object
-from proxy_component.render.proxy import (
+from proxy_component.dataplane.config import (
     GENERATION_ANNOTATION,
-    GENERATION_KEY,
-    RESTART_ANNOTATION,
     config_generation,
     config_object,
-    daemonset,
-    firewall_command,
-    firewall_rules,
-    restart_inputs,
     tinyproxy_conf,
     tinyproxy_filter,
 )
+from proxy_component.dataplane.firewall import firewall_command, firewall_rules
+from proxy_component.dataplane.lifecycle import RESTART_ANNOTATION, restart_inputs
+from proxy_component.dataplane.metrics import GENERATION_KEY
+from proxy_component.dataplane.workload import daemonset
+from proxy_component.render.env import ProxyValues, env_vars, proxy_config_object
 from proxy_component.settings import NetworkValues, Settings, SettingsError, image_is_mutable, parse_settings
 
 CLUSTER = {"podCidrs": ["10.244.0.0/16", "fd00:10:244::/56"], "nodeCidrs": ["192.168.0.0/24", "10.244.8.0/24"]}

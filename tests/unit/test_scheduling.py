@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from proxy_component.dataplane.workload import daemonset
 from proxy_component.layers import Layer, merge_layers
 from proxy_component.live.check import _eligible, _matches
 from proxy_component.probe import probe_pod
-from proxy_component.render.proxy import daemonset
 from proxy_component.settings import DEFAULT_PRIORITY_CLASS, NodeSelectorRequirement, SettingsError, parse_settings
 
 CLUSTER = {"podCidrs": ["10.244.0.0/16"], "nodeCidrs": ["192.168.0.0/24"]}

@@ -166,3 +166,15 @@ def test_settings_are_frozen() -> None:
     with pytest.raises(ValueError, match="frozen"):
         settings.namespaces = ["x"]  # type: ignore[misc]
     assert isinstance(settings, Settings)
+
+
+def test_each_upstream_url_message_offers_only_what_the_next_run_accepts() -> None:
+    """Issue 44: the upstream URL's messages offered `https://host:port`, which the next run refused. Every message
+    for a malformed upstream URL offers http:// alone, and the URL it suggests parses."""
+    for bad in ("proxy.corp:3128", "socks5://proxy.corp:1080", "http://proxy.corp:99999", "http://proxy.corp/x"):
+        with pytest.raises(SettingsError) as caught:
+            parse_settings({"proxy": {"upstream": {"url": bad}}})
+        (problem,) = caught.value.problems
+        assert problem.startswith("proxy.upstream.url: "), problem
+        assert "https://" not in problem, problem
+    assert parse_settings({"proxy": {"upstream": {"url": "http://proxy.corp:3128"}}}).proxy.upstream is not None

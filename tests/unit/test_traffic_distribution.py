@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from proxy_component.render.proxy import service
+from proxy_component.dataplane.workload import service
 from proxy_component.settings import SettingsError, parse_settings
 
 BASE: dict[str, Any] = {"cluster": {"podCidrs": ["10.244.0.0/16"]}}

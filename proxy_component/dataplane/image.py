@@ -54,7 +54,9 @@ def tag_for(debian_version: str) -> str:
 DEFAULT_IMAGE = f"{REPOSITORY}:{tag_for(TINYPROXY_VERSION)}"
 
 
-if __name__ == "__main__":  # scripts/image: `python3 proxy_component/image.py` prints what it needs, one per line
+if (
+    __name__ == "__main__"
+):  # scripts/image: `python3 proxy_component/dataplane/image.py` prints what it needs, one per line
     print(
         REPOSITORY,
         TINYPROXY_VERSION,

@@ -11,6 +11,8 @@ import json
 from typing import Any
 
 from ..settings import STAT_HOST, Settings
+from .common import labels, restricted_security_context
+from .firewall import FIREWALL_TABLE
 
 __all__ = [
     "ALERTS",
@@ -57,13 +59,6 @@ def scrape_annotations(settings: Settings) -> dict[str, str]:
     return {"prometheus.io/path": "/metrics", "prometheus.io/port": str(m.port), "prometheus.io/scrape": "true"}
 
 
-def _restricted() -> Obj:
-    """`proxy.restricted_security_context` (imported here: render/proxy.py imports this module)."""
-    from .proxy import restricted_security_context
-
-    return restricted_security_context()
-
-
 def log_file_container(settings: Settings) -> Obj:
     """An init container, as tinyproxy's UID, that makes the log file readable by tinyproxy's group (the exporter's):
     tinyproxy makes a new log file 0600, and keeps an existing file's mode."""
@@ -74,7 +69,7 @@ def log_file_container(settings: Settings) -> Obj:
         "imagePullPolicy": d.image_pull_policy,
         "command": ["/bin/sh", "-c", f"umask 007 && : >> {LOG_FILE}"],
         "resources": {"requests": {"cpu": "1m", "memory": "4Mi"}, "limits": {"memory": "16Mi"}},
-        "securityContext": _restricted(),
+        "securityContext": restricted_security_context(),
         "volumeMounts": [{"name": LOG_VOLUME, "mountPath": LOG_DIR}],
     }
 
@@ -113,7 +108,7 @@ def metrics_container(settings: Settings) -> Obj:
             "failureThreshold": 3,
         },
         "resources": {"requests": {"cpu": "5m", "memory": "16Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}},
-        "securityContext": {**_restricted(), "runAsUser": m.run_as_user, "runAsGroup": d.run_as_user},
+        "securityContext": {**restricted_security_context(), "runAsUser": m.run_as_user, "runAsGroup": d.run_as_user},
         "volumeMounts": [
             {"name": "config", "mountPath": d.config_dir, "readOnly": True},
             {"name": LOG_VOLUME, "mountPath": LOG_DIR},
@@ -124,12 +119,10 @@ def metrics_container(settings: Settings) -> Obj:
 def firewall_counters_container(settings: Settings) -> Obj:
     """`metrics.firewallCounters`: root with NET_ADMIN alone (as the firewall init container), on the node's network,
     listing the proxy's nftables table as JSON every `COUNTERS_PERIOD` seconds into the log volume, where the
-    exporter reads the refusing rules' counters by their comments (`proxy.FIREWALL_RULES`). It reads the table and
+    exporter reads the refusing rules' counters by their comments (`firewall.FIREWALL_RULES`). It reads the table and
     writes one file, readable by the pod's group (the exporter's); it has no listener and reads nothing a client
     sends. The image's busybox has no `mv`: the file is rewritten in place, and the exporter keeps the last
     listing that parsed."""
-    from .proxy import FIREWALL_TABLE
-
     d = settings.deployment
     script = "; ".join(
         [
@@ -160,8 +153,6 @@ def firewall_counters_container(settings: Settings) -> Obj:
 
 
 def _labels(settings: Settings) -> dict[str, str]:
-    from .proxy import labels
-
     return {**labels(settings), **settings.deployment.metrics.labels}
 
 
