@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from proxy_component.settings import Settings  # noqa: E402
+from proxy_component.settings import Settings, loopback_reserve  # noqa: E402
 from tests.image import test_adversarial as adv  # noqa: E402
 from tests.image.test_build import Built, _scripts_image, _unpack  # noqa: E402
 
@@ -129,7 +129,7 @@ def _go(settings: Settings, work: Path) -> list[str]:
     shutil.copy(go_binary(), binary)  # readable by the unprivileged user (the cache is under root's home)
     return ["setpriv", f"--reuid={UID}", f"--regid={UID}", "--clear-groups", str(binary), "-listen", ":8888",
             "-share", str(d.firewall.max_connections_per_client), "-max-clients", str(d.max_clients),
-            "-loopback-reserve", str(adv.loopback_reserve(d.max_clients)),
+            "-loopback-reserve", str(loopback_reserve(d.max_clients)),
             "-allow", ",".join(s if "/" in s else f"{s}/{128 if ':' in s else 32}" for s in settings.allowed_sources()),
             "-request-head", f"{d.deadlines.request_head_seconds}s", "-connect", f"{d.deadlines.connect_seconds}s",
             "-response-head", f"{d.deadlines.response_head_seconds}s", "-idle", f"{d.deadlines.idle_seconds}s",
@@ -138,9 +138,13 @@ def _go(settings: Settings, work: Path) -> list[str]:
 
 ENGINES = {
     "tinyproxy": Engine("tinyproxy", adv.PROBE, _tinyproxy),
-    "squid": Engine("squid", "GET http://proxy-component.invalid:8888/squid-internal-mgr/info HTTP/1.1\r\n"
-                    "Host: proxy-component.invalid:8888\r\n"
-                    "Connection: close\r\n\r\n", _squid),  # fmt: skip
+    "squid": Engine(
+        "squid",
+        "GET http://proxy-component.invalid:8888/squid-internal-mgr/info HTTP/1.1\r\n"
+        "Host: proxy-component.invalid:8888\r\n"
+        "Connection: close\r\n\r\n",
+        _squid,
+    ),
     "go": Engine("go", "GET / HTTP/1.1\r\nHost: proxy-component.invalid\r\nConnection: close\r\n\r\n", _go),
 }
 
@@ -175,7 +179,9 @@ def processes(p: adv.Proxy) -> int:
 def goroutines(p: adv.Proxy, engine: str) -> int | None:
     if engine != "go":
         return None
-    fetch = adv.FETCH_STATS.replace("proxy-component.invalid\\r\\n", "proxy-component.invalid\\r\\nConnection: close\\r\\n")
+    fetch = adv.FETCH_STATS.replace(
+        "proxy-component.invalid\\r\\n", "proxy-component.invalid\\r\\nConnection: close\\r\\n"
+    )
     found = re.search(r"Goroutines: (\d+)", p.exec(sys.executable, "-c", fetch, timeout=30).stdout)
     return int(found.group(1)) if found else None
 
@@ -273,7 +279,7 @@ class Bench:
             attack = s.attack({"waves": [{"at": 0, "srcs": PODS, "count": adv.SHARE, "kind": "hold", "data": data}]})
             attack.wait(lambda snap: adv._in_flight(snap) == 0 and sum(adv._states(snap).values()) == total, 20)
             upstream = adv._settled(lambda: established(s.p, f"dport = :{adv.SILENT_PORT}"))
-            figures = {"held_upstream": upstream, "threads_at_load": threads(s.p),
+            figures: dict[str, Any] = {"held_upstream": upstream, "threads_at_load": threads(s.p),
                        "goroutines": goroutines(s.p, self.engine.name)}  # fmt: skip
             figures |= _served(s) | _health(s)
             records = attack.stop()["records"]
@@ -426,7 +432,7 @@ class Bench:
             time.sleep(1)
             points[0] = steady(lambda: usage(s.p))
             for held in (200, 400):
-                attack = s.attack({"waves": [{"at": 0, "srcs": pods, "count": 8, "kind": "hold", "data": data}]})
+                s.attack({"waves": [{"at": 0, "srcs": pods, "count": 8, "kind": "hold", "data": data}]})
                 adv._wait(lambda h=held: established(s.p, f"dport = :{adv.SILENT_PORT}") >= h, 20)  # type: ignore[misc]
                 time.sleep(1)
                 points[held] = steady(lambda: usage(s.p))
@@ -547,46 +553,67 @@ CLASSES: dict[str, str] = {
 
 # What each engine has natively, what it would need; from the engines' documentation and sources, not measured here.
 PROPERTIES: list[tuple[str, dict[str, str]]] = [
-    ("per-client count at accept", {
-        "tinyproxy": "patched (MaxConnectionsPerClient, LoopbackReserve: a scan of the live threads at accept)",
-        "squid": "no: `acl maxconn` is an http_access check, made once a request's head is parsed; an idle or "
-                 "unfinished connection is never counted against it (a patch to ConnStateData, or the kernel)",
-        "go": "written here (a net.Listener that counts per address and resets beyond the share): ~60 lines",
-    }),
-    ("deadline per phase", {
-        "tinyproxy": "patched (RequestHeadTimeout, ConnectTimeout, ResponseHeadTimeout, Timeout)",
-        "squid": "native: request_start_timeout/request_timeout, connect_timeout, read_timeout (between reads, not "
-                 "the response head as such), client_idle_pconn_timeout",
-        "go": "native: ReadHeaderTimeout, Dialer.Timeout, Transport.ResponseHeaderTimeout, IdleTimeout",
-    }),
-    ("bounded memory per connection", {
-        "tinyproxy": "patched (16 KiB request line, 64 KiB headers, buffers freed after the head); a thread each",
-        "squid": "native buffers (request_header_max_size, client_request_buffer_max_size), one process; no "
-                 "maxClients (max_filedescriptors only)",
-        "go": "native (MaxHeaderBytes; goroutine stacks grow) but the runtime's GC decides when memory is returned",
-    }),
-    ("strict framing", {
-        "tinyproxy": "patched (src/framing.c, the framing suite's 3,203 requests)",
-        "squid": "native (its own parser; see the framing rows)",
-        "go": "native (net/http's parser; see the framing rows); the request is re-serialized upstream",
-    }),
-    ("reload without dropping connections", {
-        "tinyproxy": "patched (SIGHUP, config reference-counted; the reload storm suite)",
-        "squid": "native (`squid -k reconfigure`; it closes and reopens listening ports)",
-        "go": "would need code (re-exec with the listener's fd, or config swap behind an atomic pointer)",
-    }),
-    ("the exporter's metrics", {
-        "tinyproxy": "native stats page + the patched refusal log lines the exporter reads",
-        "squid": "cache manager (`/squid-internal-mgr/info`, `counters`): a new exporter parser; no refusal-at-"
-                 "accept counts (it refuses nothing at accept)",
-        "go": "its own stats page here; the exporter's format would be written to match",
-    }),
-    ("security support", {
-        "tinyproxy": "built from source by the project (1.11.3-git + 23 patches); the project tracks upstream and "
-                     "CVEs itself",
-        "squid": "Debian package 5.7-2+deb12u6, in bookworm's security support (DSAs for squid in 2023-2025)",
-        "go": "Go's standard library (security releases every month or so); the ~300 lines are the project's own",
-    }),
+    (
+        "per-client count at accept",
+        {
+            "tinyproxy": "patched (MaxConnectionsPerClient, LoopbackReserve: a scan of the live threads at accept)",
+            "squid": "no: `acl maxconn` is an http_access check, made once a request's head is parsed; an idle or "
+            "unfinished connection is never counted against it (a patch to ConnStateData, or the kernel)",
+            "go": "written here (a net.Listener that counts per address and resets beyond the share): ~60 lines",
+        },
+    ),
+    (
+        "deadline per phase",
+        {
+            "tinyproxy": "patched (RequestHeadTimeout, ConnectTimeout, ResponseHeadTimeout, Timeout)",
+            "squid": "native: request_start_timeout/request_timeout, connect_timeout, read_timeout (between reads, not "
+            "the response head as such), client_idle_pconn_timeout",
+            "go": "native: ReadHeaderTimeout, Dialer.Timeout, Transport.ResponseHeaderTimeout, IdleTimeout",
+        },
+    ),
+    (
+        "bounded memory per connection",
+        {
+            "tinyproxy": "patched (16 KiB request line, 64 KiB headers, buffers freed after the head); a thread each",
+            "squid": "native buffers (request_header_max_size, client_request_buffer_max_size), one process; no "
+            "maxClients (max_filedescriptors only)",
+            "go": "native (MaxHeaderBytes; goroutine stacks grow) but the runtime's GC decides when memory is returned",
+        },
+    ),
+    (
+        "strict framing",
+        {
+            "tinyproxy": "patched (src/framing.c, the framing suite's 3,203 requests)",
+            "squid": "native (its own parser; see the framing rows)",
+            "go": "native (net/http's parser; see the framing rows); the request is re-serialized upstream",
+        },
+    ),
+    (
+        "reload without dropping connections",
+        {
+            "tinyproxy": "patched (SIGHUP, config reference-counted; the reload storm suite)",
+            "squid": "native (`squid -k reconfigure`; it closes and reopens listening ports)",
+            "go": "would need code (re-exec with the listener's fd, or config swap behind an atomic pointer)",
+        },
+    ),
+    (
+        "the exporter's metrics",
+        {
+            "tinyproxy": "native stats page + the patched refusal log lines the exporter reads",
+            "squid": "cache manager (`/squid-internal-mgr/info`, `counters`): a new exporter parser; no refusal-at-"
+            "accept counts (it refuses nothing at accept)",
+            "go": "its own stats page here; the exporter's format would be written to match",
+        },
+    ),
+    (
+        "security support",
+        {
+            "tinyproxy": "built from source by the project (1.11.3-git + 23 patches); the project tracks upstream and "
+            "CVEs itself",
+            "squid": "Debian package 5.7-2+deb12u6, in bookworm's security support (DSAs for squid in 2023-2025)",
+            "go": "Go's standard library (security releases every month or so); the ~300 lines are the project's own",
+        },
+    ),
 ]
 
 
@@ -609,7 +636,7 @@ def run(engines: list[str], classes: list[str]) -> dict[str, Any]:
                 started = time.monotonic()
                 try:
                     out[case] = getattr(bench, case)()
-                except Exception as exc:  # noqa: BLE001 - a class that cannot run is reported, the rest go on
+                except Exception as exc:  # a class that cannot run is reported, the rest go on
                     out[case] = {"outcome": f"could not run: {type(exc).__name__}: {str(exc)[:300]}", "error": True}
                 out[case]["seconds"] = round(time.monotonic() - started, 1)
                 log(f"  {Row(name, case, out[case]).cell()}")
