@@ -610,7 +610,8 @@ PROPERTIES: list[tuple[str, dict[str, str]]] = [
         {
             "tinyproxy": "built from source by the project (1.11.3-git + 23 patches); the project tracks upstream and "
             "CVEs itself",
-            "squid": "Debian package 5.7-2+deb12u6, in bookworm's security support (DSAs for squid in 2023-2025)",
+            "squid": "Debian's package, 5.7-2+deb12u6 from bookworm-security (2026-07-20, 4 CVEs; its changelog "
+            "lists earlier bookworm-security uploads, deb12u3 and deb12u4, too)",
             "go": "Go's standard library (security releases every month or so); the ~300 lines are the project's own",
         },
     ),
