@@ -264,10 +264,11 @@ def _cgroup(tag: str) -> Path:
 
 
 @contextlib.contextmanager
-def proxy(image_root: Built, flavour: str, settings: Settings) -> Iterator[Proxy]:
+def proxy(image_root: Built, flavour: str, settings: Settings, command: list[str] | None = None) -> Iterator[Proxy]:
     """tinyproxy (`flavour`) in a network namespace of its own at 10.99.0.1 behind a veth to a peer namespace that
     holds the pods, the neighbour and the origins; the kernel rules loaded with the init container's own command and
-    the image's nft; in a memory cgroup with the DaemonSet's limit; chrooted into the image as the image's user."""
+    the image's nft; in a memory cgroup with the DaemonSet's limit; chrooted into the image as the image's user.
+    `command` runs another engine there instead (bench/bench_engines.py): it must exec in place and listen on 8888."""
     tag = f"{os.getpid() % 100000}{next(_SERIAL)}"
     netns, peer, a, b = f"pcv-{tag}", f"pcw-{tag}", f"va{tag}"[:15], f"vb{tag}"[:15]
     root = image_root.root
@@ -302,8 +303,8 @@ def proxy(image_root: Built, flavour: str, settings: Settings) -> Iterator[Proxy
         log = root.parent / f"tinyproxy-{flavour}-{tag}.log"
         with log.open("wb") as out:
             process = subprocess.Popen(
-                ["ip", "netns", "exec", netns, "chroot", "--userspec=61888:61888", str(root), BINARIES[flavour],
-                 "-d", "-c", "/etc/tinyproxy/tinyproxy.conf"],
+                ["ip", "netns", "exec", netns, *(command or ["chroot", "--userspec=61888:61888", str(root),
+                 BINARIES[flavour], "-d", "-c", "/etc/tinyproxy/tinyproxy.conf"])],
                 stdout=out, stderr=subprocess.STDOUT,
             )  # fmt: skip
         # `ip netns exec` and chroot exec in place: the PID is tinyproxy's (its threads follow it into the cgroup).
@@ -669,10 +670,16 @@ class Scene:
 
 @contextlib.contextmanager
 def scene(
-    image_root: Built, flavour: str, settings: Settings = SETTINGS, neighbour_every: float = 0.1
+    image_root: Built,
+    flavour: str,
+    settings: Settings = SETTINGS,
+    neighbour_every: float = 0.1,
+    command: list[str] | None = None,
+    probe_request: str = PROBE,
 ) -> Iterator[Scene]:
-    """The proxy, its origins, and the neighbour and the probe asking all along (each answered once before)."""
-    with proxy(image_root, flavour, settings) as p:
+    """The proxy, its origins, and the neighbour and the probe asking all along (each answered once before).
+    `command` and `probe_request`: another engine and its health request (bench/bench_engines.py)."""
+    with proxy(image_root, flavour, settings, command) as p:
         origins = subprocess.Popen(["ip", "netns", "exec", p.peer, sys.executable, "-c", ORIGINS],
                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
         drivers: list[Driver] = []
@@ -681,7 +688,7 @@ def scene(
             assert origins.stdout.readline().strip() == "ready"
             probe = Driver(p.netns, {"proxy": ["127.0.0.1", PORT], "loops": [
                 {"name": "probe", "src": "127.0.0.1", "every": 0.2, "timeout": 3, "expect": " 200 ",
-                 "data": PROBE.encode().hex()}]})  # fmt: skip
+                 "data": probe_request.encode().hex()}]})  # fmt: skip
             drivers.append(probe)
             neighbour = Driver(p.peer, {"proxy": [PROXY_IP, PORT], "loops": [
                 {"name": "neighbour", "src": NEIGHBOUR_IP, "every": neighbour_every, "timeout": 3, "expect": " 204 ",

@@ -1,0 +1,3 @@
+module proxy-component.invalid/bench/goproxy
+
+go 1.26
