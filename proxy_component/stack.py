@@ -43,6 +43,7 @@ from .layers import (
     project_config,
     with_project_config,
 )
+from .live.preview import cluster_problems, context_problems, live_kubernetes_version
 from .settings import NETWORK_FIELDS, Settings, SettingsError, parse_settings, redact_url
 
 __all__ = ["CONFIG_NAMESPACE", "Discover", "discover_from_config", "main", "settings_from_config", "stop_quietly"]
@@ -467,9 +468,10 @@ def main() -> ClusterProxy | None:
 
 
 @contextlib.contextmanager
-def _kube_client(kubeconfig: str | None, context: str | None) -> Iterator[Any]:
-    """An API client for the cluster the stack targets, or None when there is no usable kubeconfig (the engine then
-    reports on the objects whatever it finds). The `kubernetes` client is a dependency: an install without it is
+def _kube_client(kubeconfig: str | None, context: str | None) -> Iterator[tuple[Any, list[str]]]:
+    """An API client for the cluster the stack targets, and the problems of its target (a context the kubeconfig
+    does not hold); the client is None when there is no usable kubeconfig (the engine then reports on the objects
+    whatever it finds) or the context is wrong. The `kubernetes` client is a dependency: an install without it is
     broken, and the program refuses to plan rather than plan without reading what an earlier layout named."""
     import tempfile
 
@@ -485,49 +487,29 @@ def _kube_client(kubeconfig: str | None, context: str | None) -> Iterator[Any]:
         path = kubeconfig
         if kubeconfig is not None and "\n" in kubeconfig:  # the contents, not a path
             path = os.path.join(scratch, "kubeconfig")
-            with open(path, "w", encoding="utf-8") as handle:
+            with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as handle:
                 handle.write(kubeconfig)
+        where = (
+            "the kubeconfig of proxy-component:kubeconfig"
+            if kubeconfig is not None
+            else f"the ambient kubeconfig ({os.environ.get('KUBECONFIG') or '~/.kube/config'})"
+        )
+        try:
+            contexts, _ = kubeconfig_loader.list_kube_config_contexts(config_file=path)  # type: ignore[no-untyped-call]
+        except Exception:  # no usable kubeconfig: the engine says so on the objects
+            yield None, []
+            return
+        names = (str(c.get("name")) for c in contexts or [] if isinstance(c, dict))
+        problems = context_problems(names, context, where)
+        if problems:
+            yield None, problems
+            return
         try:
             api = kubeconfig_loader.new_client_from_config(config_file=path, context=context)  # type: ignore[no-untyped-call]
         except Exception:  # no usable kubeconfig: the engine says so on the objects
-            yield None
+            yield None, []
             return
-        yield api
-
-
-def _require_namespaces(settings: Settings, api: Any) -> None:
-    """Fail up front, naming them, when namespaces the settings list do not exist in the cluster the stack targets.
-
-    Otherwise pulumi-kubernetes retries each object in them for about a minute and reports only "errored". Only a
-    definite 404 counts: a cluster that cannot be read now (no kubeconfig, unreachable, forbidden) is left to the
-    engine, which reports it on the objects.
-    """
-    wanted = sorted({*settings.namespaces, *(h.namespace for h in settings.helm_values_secrets)})
-    if api is None or not wanted:
-        return
-    from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
-
-    core = client.CoreV1Api(api)
-    missing = []
-    for name in wanted:
-        try:
-            core.read_namespace(name, _request_timeout=10)
-        except ApiException as exc:
-            if exc.status == 404:
-                missing.append(name)
-            else:
-                return
-        except Exception:  # unreachable: the engine reports it
-            return
-    if missing:
-        raise SettingsError(
-            [
-                f"namespaces: {name!r} does not exist in the cluster ({redact_url(str(api.configuration.host))}): create it before "
-                "`pulumi up`, or remove it from namespaces (and helmValuesSecrets)"
-                for name in missing
-            ]
-        )
+        yield api, []
 
 
 def read_live_daemonset(settings: Settings, api: Any) -> LiveDaemonSet | None:
@@ -565,15 +547,39 @@ def read_live_daemonset(settings: Settings, api: Any) -> LiveDaemonSet | None:
     return LiveDaemonSet.from_object(data) if isinstance(data, Mapping) else None
 
 
+def _read_cluster(config: pulumi.Config) -> tuple[Settings, LiveDaemonSet | None]:
+    """The settings, checked against the cluster the stack targets before anything is planned, and its live
+    DaemonSet: every mistake a preview can see (the settings', the context's, the cluster's) in one error.
+
+    `cluster.kubernetesVersion` left unset is the API server's own (said in the engine's log), so what depends on it
+    (the Service's `trafficDistribution: PreferSameNode`, the admission API's version) follows the cluster."""
+    data = layered_from_config(config).data
+    kubeconfig = get_config(f"{CONFIG_NAMESPACE}:kubeconfig") or None
+    with _kube_client(kubeconfig, config.get("context") or None) as (api, problems):
+        cluster = data.get("cluster")
+        if api is not None and isinstance(cluster, Mapping) and not cluster.get("kubernetesVersion"):
+            version = live_kubernetes_version(api)
+            if version is not None:
+                data = {**data, "cluster": {**cluster, "kubernetesVersion": version}}
+                pulumi.log.info(f"cluster.kubernetesVersion: {version}, the API server's (unset in the settings)")
+        try:
+            settings = parse_settings(data)
+        except SettingsError as exc:
+            raise SettingsError([*exc.problems, *problems]) from None
+        if api is not None:
+            problems = [*problems, *cluster_problems(settings, api)]
+        if problems:
+            raise SettingsError(problems)
+        return settings, read_live_daemonset(settings, api)
+
+
 def _main() -> ClusterProxy:
     config = pulumi.Config(CONFIG_NAMESPACE)
-    settings = settings_from_config(config)
     live = None
-    if not config.get("renderYamlToDirectory"):
-        kubeconfig = get_config(f"{CONFIG_NAMESPACE}:kubeconfig") or None
-        with _kube_client(kubeconfig, config.get("context") or None) as api:
-            _require_namespaces(settings, api)
-            live = read_live_daemonset(settings, api)
+    if config.get("renderYamlToDirectory"):
+        settings = settings_from_config(config)
+    else:
+        settings, live = _read_cluster(config)
     discover = discover_from_config(config.get_object(DISCOVER_KEY))
     network = discover.network() if discover is not None else None
     provider = _provider(config, live)
