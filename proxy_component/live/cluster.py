@@ -522,7 +522,9 @@ def connect(kubeconfig: str | None = None, context: str | None = None) -> Cluste
         default = os.environ.get("KUBECONFIG") or os.path.exists(os.path.expanduser("~/.kube/config"))
         if kubeconfig is None and not default:
             raise CheckError(_NO_KUBECONFIG)
-        where = f"kubeconfig {kubeconfig or os.environ.get('KUBECONFIG') or '~/.kube/config'}"
+        # The client reads $KUBECONFIG once, when it is imported: name the file as it is now.
+        kubeconfig = kubeconfig or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+        where = f"kubeconfig {kubeconfig}"
         try:
             contexts, current = config.list_kube_config_contexts(config_file=kubeconfig)  # type: ignore[no-untyped-call]
         except ConfigException as exc:

@@ -51,7 +51,10 @@ def cli(engine: Path, tmp_path: Path) -> Cli:
 def _copy(project: Path, tmp_path: Path) -> Path:
     """The project in a scratch directory (the CLI writes stack files beside Pulumi.yaml)."""
     dest = tmp_path / "project"
-    shutil.copytree(ROOT / project, dest, ignore=shutil.ignore_patterns(".venv", "rendered", "__pycache__"))
+    # Never a venv (`.venv-engine` is the lanes' own, built by another worker under its lock while this one copies),
+    # nor the repository's own build output: the project's files only.
+    ignore = shutil.ignore_patterns(".venv*", ".git", "build", "node_modules", "rendered", "__pycache__")
+    shutil.copytree(ROOT / project, dest, ignore=ignore)
     return dest
 
 

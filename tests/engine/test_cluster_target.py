@@ -20,8 +20,13 @@ from .conftest import Project
 
 pytestmark = [pytest.mark.engine, pytest.mark.cluster]
 NS = "proxy-component"
-SETTINGS: dict[str, Any] = {
-    "cluster": {"podCidrs": ["10.0.0.0/16"], "serviceCidrs": ["10.0.0.0/24"], "nodeCidrs": ["192.0.2.0/24"]},
+SETTINGS: dict[str, Any] = {  # the kwok nodes' addresses and pod ranges (as tests/engine/test_live.py)
+    "cluster": {
+        "podCidrs": ["10.0.0.0/16", "fd00::/48"],
+        "serviceCidrs": ["10.0.0.0/24"],
+        "nodeCidrs": ["192.0.2.0/24", "2001:db8::/64"],
+        "ipFamily": "dual",
+    },
     "namespaces": ["default"],
 }
 

@@ -40,6 +40,7 @@ from proxy_component.render.kyverno import POLICY_NAME
 from tests.kwok_cluster import kwok_cluster
 
 from .conftest import ROOT, Project, changes, old_layout
+from .test_admission_live import kyverno_crd as kyverno_v1_crd
 from .test_live import Cluster, kyverno_crd
 
 pytestmark = [pytest.mark.engine, pytest.mark.cluster]
@@ -112,14 +113,22 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         while len(live.get("nodes")["items"]) < NODES:  # kwok registers its nodes after the API server is up
             assert time.monotonic() < deadline, "the kwok nodes did not register in 60 s"
             time.sleep(0.5)
-        live.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(kyverno_crd()))
-        deadline = time.monotonic() + 60
-        while True:  # `kubectl wait` fails outright while the CRD has no conditions yet
-            conditions = live.get("crd", "clusterpolicies.kyverno.io").get("status", {}).get("conditions") or []
-            if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
-                break
-            assert time.monotonic() < deadline, "the ClusterPolicy CRD was not established in 60 s"
-            time.sleep(0.5)
+        # Kyverno's CRDs, as a cluster with Kyverno 1.17 or later has them: the preview refuses kinds the cluster does
+        # not serve (issue 44), and the unstepped upgrade plans the MutatingPolicy and GeneratingPolicy.
+        crds = [
+            kyverno_crd(),
+            kyverno_v1_crd("MutatingPolicy", "mutatingpolicies"),
+            kyverno_v1_crd("GeneratingPolicy", "generatingpolicies"),
+        ]
+        live.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(crds))
+        for crd in crds:
+            deadline = time.monotonic() + 60
+            while True:  # `kubectl wait` fails outright while the CRD has no conditions yet
+                conditions = live.get("crd", crd["metadata"]["name"]).get("status", {}).get("conditions") or []
+                if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+                    break
+                assert time.monotonic() < deadline, f"the {crd['metadata']['name']} CRD was not established in 60 s"
+                time.sleep(0.5)
         live.kubectl("create", "namespace", "team-a")
         yield live
 

@@ -23,7 +23,15 @@ from pathlib import Path
 import pytest
 
 from proxy_component.dataplane.config import config_object, tinyproxy_conf, tinyproxy_filter
-from proxy_component.dataplane.metrics import COUNTERS_FILE, GENERATION_KEY, LOG_DIR, LOG_FILE, firewall_counters_container, log_file_container, metrics_container
+from proxy_component.dataplane.metrics import (
+    COUNTERS_FILE,
+    GENERATION_KEY,
+    LOG_DIR,
+    LOG_FILE,
+    firewall_counters_container,
+    log_file_container,
+    metrics_container,
+)
 from proxy_component.settings import Settings, parse_settings
 from tests.image.test_build import Built, _scripts_image, _unpack
 

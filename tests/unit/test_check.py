@@ -251,7 +251,12 @@ def test_a_crash_is_exit_3_not_findings_and_shows_no_credential(
     assert captured.out == ""
     assert "pa%40ss-w0rd" not in captured.err
     assert "pa@ss-w0rd" not in captured.err
-    assert captured.err.startswith("Traceback (most recent call last):\n")
+    judged, rest = captured.err.split("\n", 1)  # first, which cluster is judged (issue 44)
+    assert (
+        judged
+        == "proxy-component check: judging the cluster at https://127.0.0.1:1 (context c, from --kubeconfig/--context)"
+    )
+    assert rest.startswith("Traceback (most recent call last):\n")
     assert "RuntimeError: cannot judge http://***@proxy.corp.example:3128 (password ***) at https://127.0.0.1:1\n" in (
         captured.err
     )

@@ -6,7 +6,13 @@ import hashlib
 
 import pytest
 
-from proxy_component.dataplane.config import GENERATION_ANNOTATION, config_generation, config_object, tinyproxy_conf, tinyproxy_filter
+from proxy_component.dataplane.config import (
+    GENERATION_ANNOTATION,
+    config_generation,
+    config_object,
+    tinyproxy_conf,
+    tinyproxy_filter,
+)
 from proxy_component.dataplane.firewall import firewall_command, firewall_rules
 from proxy_component.dataplane.lifecycle import RESTART_ANNOTATION, restart_inputs
 from proxy_component.dataplane.metrics import GENERATION_KEY

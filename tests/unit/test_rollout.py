@@ -744,6 +744,8 @@ def test_the_plan_is_exit_1_when_something_is_stale_and_0_when_nothing_is(
         "wave 2 (1 owner(s)):\n"
         f"  restart  Deployment web/d01: 2 pods: {reason}\n"
     )
+    judged, err = err.split("\n", 1)
+    assert judged.startswith("proxy-component rollout: judging the cluster at https://127.0.0.1:6443 (")
     assert err.startswith("proxy-component rollout: https://127.0.0.1:6443: 3 stale owner(s): 3 to restart in 2 "
                           "wave(s) of at most 2, 0 listed only; a plan: --apply carries it out (")  # fmt: skip
     assert connected.patches == []
@@ -799,6 +801,8 @@ def test_a_403_names_the_rollout_role(config: Path, monkeypatch: pytest.MonkeyPa
     assert main(["rollout", str(config)]) == 2
     err = capsys.readouterr().err
     assert err == (
+        "proxy-component rollout: judging the cluster at https://api.test (context (in-cluster), from the ambient "
+        "kubeconfig)\n"
         'proxy-component rollout: https://api.test: 403 Forbidden: pods is forbidden: User "bob" cannot list '
         'resource "pods": rollout needs the roles that `proxy-component render CONFIG --format rollout-rbac` writes '
         "(with --capi for rollout --capi, in the management cluster), bound to this identity\n"
@@ -876,7 +880,7 @@ def test_capi_plan_for_another_control_plane_kind_says_clusterctl_cannot_restart
 def test_capi_without_capi_settings_is_exit_2(config: Path, connected: World,
                                               capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
     assert main(["rollout", str(config), "--capi"]) == 2
-    assert capsys.readouterr().err == (
+    assert capsys.readouterr().err.split("\n", 1)[1] == (
         "proxy-component: capi.enabled: false: rollout --capi is for the Cluster API path (expected capi.enabled: "
         "true and cluster.name)\n"
     )
