@@ -249,6 +249,13 @@ def test_the_daemonset_is_ready_on_every_node(live: Live) -> None:
     assert ds["spec"]["template"]["spec"]["initContainers"][0]["name"] == "firewall"
 
 
+def _after_judged(stderr: str, server: str, context: str = "") -> str:
+    """What check printed after its first line, which names the cluster it judges (server, context) (issue 44)."""
+    first, _, rest = stderr.partition("\n")
+    assert first.startswith(f"proxy-component check: judging the cluster at {server} (context {context}"), stderr
+    return rest
+
+
 def test_check_is_clean_right_after_apply_under_exactly_the_rendered_role(live: Live) -> None:
     assert not live.can_i("list", "secrets", "--all-namespaces")
     assert not live.can_i("list", "configmaps", "-n", "default")
@@ -258,7 +265,10 @@ def test_check_is_clean_right_after_apply_under_exactly_the_rendered_role(live: 
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout == ""
     # 19 before issue 35, then the proxy's config object and the log of each of the 3 proxy pods (which config runs).
-    assert result.stderr == f"proxy-component check: {live.server}: clean (23 API requests)\n"
+    assert (
+        _after_judged(result.stderr, live.server, "kwok-")
+        == f"proxy-component check: {live.server}: clean (23 API requests)\n"
+    )
     assert live.findings() == []
 
 
@@ -670,14 +680,17 @@ def test_check_runs_in_a_pod_with_its_service_account(live: Live, tmp_path: Path
     result = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
                             capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stderr == f"proxy-component check: https://{server.hostname}:{server.port}: clean (23 API requests)\n"
+    url = f"https://{server.hostname}:{server.port}"
+    assert (
+        _after_judged(result.stderr, url, "(in-cluster)") == f"proxy-component check: {url}: clean (23 API requests)\n"
+    )
     assert not Path("/var/run/secrets/kubernetes.io").exists(), "the real path is untouched"
 
 
 def test_a_wrong_token_is_401_exit_2(live: Live, tmp_path: Path) -> None:
     result = live.check(kubeconfig=live.token_kubeconfig(tmp_path / "kubeconfig", "not-a-token"))
     assert result.returncode == 2, result.stdout + result.stderr
-    assert result.stderr == (
+    assert _after_judged(result.stderr, live.server) == (
         f"proxy-component check: {live.server}: 401 Unauthorized: the API server does not accept these credentials "
         "(a wrong or expired token, or a client certificate it does not trust): renew them (e.g. kubectl create "
         "token) or choose another --kubeconfig or --context\n"
@@ -689,7 +702,7 @@ def test_a_token_without_rights_is_403_exit_2_naming_what(live: Live, tmp_path: 
     token = live.kubectl("-n", "default", "create", "token", "viewer-without-rights").strip()
     result = live.check(kubeconfig=live.token_kubeconfig(tmp_path / "kubeconfig", token))
     assert result.returncode == 2, result.stdout + result.stderr
-    assert result.stderr == (
+    assert _after_judged(result.stderr, live.server) == (
         f"proxy-component check: {live.server}: 403 Forbidden: nodes is forbidden: User "
         '"system:serviceaccount:default:viewer-without-rights" cannot list resource "nodes" in API group "" at the '
         "cluster scope: check needs the roles that `proxy-component render CONFIG --format check-rbac` writes (with "

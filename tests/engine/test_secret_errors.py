@@ -204,7 +204,7 @@ def test_a_bad_cidr_computed_at_run_time_fails_like_a_literal(project_factory: A
         (
             UPSTREAM,
             'u => u.replace("://", "//")',
-            "proxy.upstream.url: '***@proxy.corp.example:3128' does not begin with http:// or https://",
+            "proxy.upstream.url: '***@proxy.corp.example:3128' does not begin with http:// (expected http://host:port",
         ),
         (
             base64.b64encode(PASSWORD.encode()).decode(),
