@@ -129,6 +129,15 @@ class _Echo(socketserver.StreamRequestHandler):
 class _EchoServer(socketserver.ThreadingTCPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 256  # not the default 5: a burst of connections is the load, not a refusal
+
+
+class _OriginServer(ThreadingHTTPServer):
+    """The origin: with the default backlog of 5, a loaded machine's burst overflowed its accept queue, the kernel
+    dropped the handshakes' last ACKs, and tinyproxy got a reset for the requests it had sent (ListenOverflows)."""
+
+    daemon_threads = True
+    request_queue_size = 256
 
 
 def _recv_all(sock: socket.socket) -> bytes:
@@ -361,8 +370,7 @@ def _storm(binary: Binary, tmp: Path, storm: Storm, reports: Path, log: Path) ->
     (tmp / "filter-A").write_text("^blocked\\.example$\n^(www\\.)?denied\\.example$\n")
     (tmp / "filter-B").write_text("blocked\\.example\n# a comment\nnope\\.example\n")
     _write(conf, _config(tmp, 0, log))
-    origin = ThreadingHTTPServer(("127.0.0.1", ORIGIN_PORT), _Origin)
-    origin.daemon_threads = True
+    origin = _OriginServer(("127.0.0.1", ORIGIN_PORT), _Origin)
     echo = _EchoServer(("127.0.0.1", ECHO_PORT), _Echo)
     with serving(origin), serving(echo), (tmp / "stderr").open("wb") as stderr:
         proc = subprocess.Popen(
