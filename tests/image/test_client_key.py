@@ -98,7 +98,10 @@ def _pods(share: int) -> dict[str, list[Target]]:
     over = share + 1  # a share and one more: one reset per key
 
     def dual(pod: str, v4: str, v6: str, count: int, port: int = ROUTE_PORT) -> list[Target]:
-        return [Target(f"{pod}-v4-{port}", v4, NODE_V4, port, count), Target(f"{pod}-v6-{port}", v6, NODE_V6, port, count)]
+        return [
+            Target(f"{pod}-v4-{port}", v4, NODE_V4, port, count),
+            Target(f"{pod}-v6-{port}", v6, NODE_V6, port, count),
+        ]
 
     return {
         "a": dual("a", "10.99.1.10", "fd99::1:10", share) + dual("a", "10.99.1.10", "fd99::1:10", over, ADDRESS_PORT),
@@ -106,7 +109,10 @@ def _pods(share: int) -> dict[str, list[Target]]:
         "c": dual("c", "10.99.2.10", "fd99::2:10", over),
         "d": dual("d", "10.99.2.11", "fd99::2:11", over),
         "e": dual("e", "10.99.3.10", "fd99::3:10", over),
-        "g": [Target("g-1", "10.99.4.10", NODE_V4, ROUTE_PORT, over), Target("g-2", "10.99.4.11", NODE_V4, ROUTE_PORT, over)],
+        "g": [
+            Target("g-1", "10.99.4.10", NODE_V4, ROUTE_PORT, over),
+            Target("g-2", "10.99.4.11", NODE_V4, ROUTE_PORT, over),
+        ],
     }
 
 
@@ -136,8 +142,8 @@ def _topology(node: str, pods: dict[str, str], tag: str) -> tuple[list[str], dic
     def ptp(addrs: list[str]) -> list[str]:
         lines = ["link set lo up", *(f"addr add {a} dev eth0 nodad" if ":" in a else f"addr add {a} dev eth0"
                                        for a in addrs), "link set eth0 up"]  # fmt: skip
-        return lines + ["route add 169.254.1.1/32 dev eth0", "route add default via 169.254.1.1 dev eth0",
-                        "route add ::/0 via fe80::1 dev eth0"]  # fmt: skip
+        return [*lines, "route add 169.254.1.1/32 dev eth0", "route add default via 169.254.1.1 dev eth0",
+                "route add ::/0 via fe80::1 dev eth0"]  # fmt: skip
 
     def bridged(v4: str, v6: str) -> list[str]:
         return ["link set lo up", f"addr add {v4}/24 dev eth0", f"addr add {v6}/112 dev eth0 nodad", "link set eth0 up",
@@ -298,12 +304,14 @@ def drive(plan_path: Path) -> None:
         resets = {port: sum(s["reset"] for label, s in seen if ports[label] == port) for port in proxies}
         stats = {port: _stats(port) for port in proxies}
         last.update(stats=stats, resets=resets)
-        return all(
-            stats[port] is not None
-            and stats[port][0] - 1 + stats[port][1] == total[port]  # every connection admitted (open) or refused
-            and resets[port] == stats[port][1]  # and every refusal seen by its pod
-            for port in proxies
-        )
+        for port, got in stats.items():
+            if got is None:
+                return False
+            opened, denied = got
+            # every connection admitted (open, besides this request) or refused, and every refusal seen by its pod
+            if opened - 1 + denied != total[port] or resets[port] != denied:
+                return False
+        return True
 
     ok = _wait(settled, SETTLE_SECONDS, every=0.1)
     # the last refusal line is written within a second of the last refusal
@@ -416,7 +424,8 @@ def run(tinyproxy_under_test: UnderTest, tmp_path_factory: pytest.TempPathFactor
 
 def test_the_run_settled(run: Run) -> None:
     """Every connection was admitted or refused, every refusal reached its pod, and both instances stayed up."""
-    assert run.settled and not run.errors, run.why()
+    assert run.settled, run.why()
+    assert not run.errors, run.why()
     assert run.alive == {str(ROUTE_PORT): True, str(ADDRESS_PORT): True}, run.why()
 
 
@@ -426,7 +435,8 @@ def test_a_ptp_pod_holds_one_share_over_both_families(run: Run, pod: str) -> Non
     IPv4 and its share over IPv6, opened at once, exactly one share is held, the rest reset at accept; the other
     ptp pod, on its own veth, still gets its whole share."""
     v4, v6 = run.of(f"{pod}-v4-{ROUTE_PORT}"), run.of(f"{pod}-v6-{ROUTE_PORT}")
-    assert v4 and v6, run.why()
+    assert v4, run.why()
+    assert v6, run.why()
     assert v4["held"] + v6["held"] == run.share, run.why()
     assert v4["reset"] + v6["reset"] == run.share, run.why()
     assert v4["closed"] == v6["closed"] == v4["failed"] == v6["failed"] == 0, run.why()
@@ -463,7 +473,8 @@ def test_refusals_are_logged_in_0006s_format(run: Run) -> None:
     saw reset, and the route lookup worked (no fallback warning)."""
     for port, log in run.logs.items():
         refused = [REFUSAL.search(line) for line in log.splitlines() if "Refused" in line]
-        assert refused and all(refused), log[-3000:]
+        assert refused, log[-3000:]
+        assert all(refused), log[-3000:]
         seen = sum(s["reset"] for pod in run.states.values() for label, s in pod.items()
                    if label.endswith(f"-{port}") or (port == ROUTE_PORT and label.startswith("g-")))  # fmt: skip
         assert sum(int(m.group(1)) for m in refused if m) == seen, log[-3000:]
