@@ -191,7 +191,7 @@ class FirewallSettings(TypedDict):
     """Let tinyproxy reach the cluster's pod, service and node ranges; by default they are refused, since tinyproxy on the node's network would let a pod past its NetworkPolicy (those calls belong in NO_PROXY)."""
 
     max_connections_per_client: NotRequired[pulumi.Input[int]]
-    """Open connections that one client address (a pod; a dual-stack pod has one per family) may hold: counted by tinyproxy itself from accept until the connection ends, whatever state the client's socket is in, more refused at accept with a TCP reset (with or without the kernel rules). deployment.maxClients defaults to room for cluster.maxPodsPerNode pods at this share. 0: no limit, and one pod can take every one of maxClients. The node's own processes (loopback: the kubelet's probes) are exempt."""
+    """Open connections that one client may hold: a pod where the node reaches it by a host route through its own veth (Calico, AWS VPC CNI, kindnet/ptp, Azure transparent), else a client address (on a bridge or Cilium's cilium_host a dual-stack pod has one per family): counted by tinyproxy itself from accept until the connection ends, whatever state the client's socket is in, more refused at accept with a TCP reset (with or without the kernel rules). deployment.maxClients defaults to room for cluster.maxPodsPerNode pods at this share. 0: no limit, and one pod can take every one of maxClients. The node's own processes (loopback: the kubelet's probes) are exempt."""
 
     new_connections_per_client_per_second: NotRequired[pulumi.Input[int]]
     """New connections per second that one source address may open to the proxy's port, with bursts of twice as many; the kernel refuses more with a TCP reset. 0: no limit."""

@@ -820,7 +820,9 @@ class FirewallSettings(_Model):
         default=DEFAULT_CONNECTIONS_PER_CLIENT,
         ge=0,
         le=65535,
-        description="Open connections that one client address (a pod; a dual-stack pod has one per family) may hold: "
+        description="Open connections that one client may hold: a pod where the node reaches it by a host route "
+        "through its own veth (Calico, AWS VPC CNI, kindnet/ptp, Azure transparent), else a client address (on a bridge "
+        "or Cilium's cilium_host a dual-stack pod has one per family): "
         "counted by tinyproxy itself from accept until the connection ends, whatever state the client's socket is in, "
         "more refused at accept with a TCP reset (with or without the kernel rules). deployment.maxClients defaults to "
         "room for cluster.maxPodsPerNode pods at this share. 0: no limit, and one pod can take every one of "
