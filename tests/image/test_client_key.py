@@ -64,7 +64,7 @@ def _settings() -> Any:
 def _conf(port: int, log: Path, client_key: str | None) -> str:
     """The rendered tinyproxy.conf, with this run's port and log, deadlines long enough that idle connections stay
     (the test ends them), and `ClientKey` when given (else the default, route)."""
-    from proxy_component.render.proxy import tinyproxy_conf
+    from proxy_component.dataplane.config import tinyproxy_conf
 
     settings = _settings()
     lines = []
