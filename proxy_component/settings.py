@@ -2039,6 +2039,30 @@ def _traffic_distribution_version(settings: Settings) -> Iterator[str]:
         )
 
 
+RESERVED_NAMES = {
+    ("default", "kubernetes"): "the API server's own Service",
+    **{
+        ("kube-system", name): "a cluster add-on's (DNS, kube-proxy, the CNI, metrics-server)"
+        for name in ("kube-dns", "coredns", "kube-proxy", "metrics-server", "aws-node", "calico-node", "cilium",
+                     "cilium-operator", "konnectivity-agent", "kube-flannel-ds", "kindnet")
+    },
+}  # fmt: skip
+"""Names the proxy's DaemonSet, Service and ConfigMap may never take: with `adoptExisting` they would take the object
+over, and `destroy` would delete it (issue 44)."""
+
+
+@_check("deployment.service_name", "deployment.namespace")
+def _reserved_name(settings: Settings) -> Iterator[str]:
+    d = settings.deployment
+    whose = RESERVED_NAMES.get((d.namespace, d.service_name))
+    if d.enabled and whose is not None:
+        yield (
+            f"deployment.serviceName: {d.service_name!r} in namespace {d.namespace!r} is {whose} name: the proxy's "
+            "DaemonSet, Service and ConfigMap would take that object over, and `destroy` would delete it (expected "
+            "another name, e.g. http-proxy)"
+        )
+
+
 @_check("deployment.metrics", "deployment.firewall")
 def _firewall_counters(settings: Settings) -> Iterator[str]:
     d = settings.deployment
