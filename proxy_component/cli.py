@@ -406,9 +406,8 @@ def _connect(args: argparse.Namespace, layered: Layered | None, management: bool
     `proxy-component:kubeconfig` and `context` (`managementKubeconfig`, `managementContext` for --capi), else the
     ambient kubeconfig and its current context. --kubeconfig or --context naming something else is refused: the
     settings are that stack's, so the cluster must be too."""
-    import tempfile
-
-    from .live import CheckError, connect
+    from .live import CheckError, connect  # looked up here: the tests put their own in its place
+    from .live.cluster import kubeconfig_path
 
     kubeconfig, context, origin = (
         args.kubeconfig,
@@ -450,13 +449,8 @@ def _connect(args: argparse.Namespace, layered: Layered | None, management: bool
             " and ".join(f"proxy-component:{k}" for k, v in zip(keys, own, strict=True) if v)
             or "ambient kubeconfig (it sets no proxy-component:kubeconfig)"
         )
-    with tempfile.TemporaryDirectory() as scratch:
-        if kubeconfig is not None and "\n" in kubeconfig:  # the stack holds the file's contents
-            path = os.path.join(scratch, "kubeconfig")
-            with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as handle:
-                handle.write(kubeconfig)
-            kubeconfig = path
-        cluster = connect(kubeconfig, context)  # reads the file now: the scratch copy may go
+    with kubeconfig_path(kubeconfig) as path:
+        cluster = connect(path, context)  # reads the file now: a scratch copy may go
     print(
         f"proxy-component {args.command}: judging the cluster at {cluster.server} (context {cluster.context or '(in-cluster)'}, "
         f"from {origin})",

@@ -43,6 +43,7 @@ from .layers import (
     project_config,
     with_project_config,
 )
+from .live.cluster import kubeconfig_path
 from .live.preview import cluster_problems, context_problems, live_kubernetes_version
 from .settings import NETWORK_FIELDS, Settings, SettingsError, parse_settings, redact_url
 
@@ -473,8 +474,6 @@ def _kube_client(kubeconfig: str | None, context: str | None) -> Iterator[tuple[
     does not hold); the client is None when there is no usable kubeconfig (the engine then reports on the objects
     whatever it finds) or the context is wrong. The `kubernetes` client is a dependency: an install without it is
     broken, and the program refuses to plan rather than plan without reading what an earlier layout named."""
-    import tempfile
-
     try:
         from kubernetes import config as kubeconfig_loader
     except ImportError:
@@ -483,12 +482,7 @@ def _kube_client(kubeconfig: str | None, context: str | None) -> Iterator[tuple[
             "the stack program cannot read the cluster before planning (an earlier layout's objects could be planned "
             "as replaced): reinstall with `pip install -U proxy-component`, then run the preview again"
         ) from None
-    with tempfile.TemporaryDirectory() as scratch:
-        path = kubeconfig
-        if kubeconfig is not None and "\n" in kubeconfig:  # the contents, not a path
-            path = os.path.join(scratch, "kubeconfig")
-            with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as handle:
-                handle.write(kubeconfig)
+    with kubeconfig_path(kubeconfig) as path:
         where = (
             "the kubeconfig of proxy-component:kubeconfig"
             if kubeconfig is not None

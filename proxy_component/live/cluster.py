@@ -15,6 +15,7 @@ import json
 import os
 import queue
 import re
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -499,6 +500,20 @@ def _in_pod() -> bool:
     if os.environ.get("KUBECONFIG") or os.path.exists(os.path.expanduser("~/.kube/config")):
         return False
     return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+
+
+@contextmanager
+def kubeconfig_path(value: str | None) -> Iterator[str | None]:
+    """A path for a kubeconfig given as a path or as the file's contents (a stack's `proxy-component:kubeconfig`,
+    a secret): the contents go to a private scratch file (0600) that is removed when the block ends."""
+    if value is None or "\n" not in value:
+        yield value
+        return
+    with tempfile.TemporaryDirectory() as scratch:
+        path = os.path.join(scratch, "kubeconfig")
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as handle:
+            handle.write(value)
+        yield path
 
 
 def connect(kubeconfig: str | None = None, context: str | None = None) -> Cluster:

@@ -6,10 +6,7 @@ itself against the test cluster (tests/engine/test_preview_errors.py)."""
 from __future__ import annotations
 
 import contextlib
-import http.server
 import json
-import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,6 +18,7 @@ from proxy_component.live.preview import (
     live_kubernetes_version,
 )
 from proxy_component.settings import parse_settings
+from tests import fake_api
 
 COREFILE = """.:53 {
     errors
@@ -34,33 +32,14 @@ COREFILE = """.:53 {
 """
 
 
-@contextlib.contextmanager
-def api_server(routes: dict[str, tuple[int, Any]]) -> Iterator[Any]:
+def api_server(routes: dict[str, tuple[int, Any]]) -> contextlib.AbstractContextManager[Any]:
     """An API client for a loopback server answering GET `path` with `routes[path]` (status, JSON), else 404."""
-    from kubernetes import client
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            status, body = routes.get(self.path.split("?")[0].rstrip("/"), (404, {"kind": "Status", "code": 404}))
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    def answer(path: str) -> tuple[int, bytes]:
+        status, body = routes.get(path.rstrip("/"), (404, {"kind": "Status", "code": 404}))
+        return status, json.dumps(body).encode()
 
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        configuration = client.Configuration()
-        configuration.host = f"http://127.0.0.1:{server.server_address[1]}"
-        yield client.ApiClient(configuration)
-    finally:
-        server.shutdown()
-        server.server_close()
+    return fake_api.api_server(answer)
 
 
 def namespace(name: str) -> tuple[int, Any]:

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import http.server
 import importlib.metadata
 import json
 import socket
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,6 +19,7 @@ import pytest
 
 from proxy_component.settings import parse_settings
 from proxy_component.stack import LiveDaemonSet, read_live_daemonset
+from tests import fake_api
 
 CONTAINER = 'k:{"name":"tinyproxy"}'
 
@@ -107,30 +106,10 @@ def test_unexpected_shapes_read_as_nothing() -> None:
 
 @contextlib.contextmanager
 def api_server(status: int, body: bytes) -> Iterator[Any]:
-    """An API client for a server on loopback that answers every request with `status` and `body`."""
-    from kubernetes import client
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        configuration = client.Configuration()
-        configuration.host = f"http://svc:{PASSWORD}@127.0.0.1:{server.server_address[1]}"
-        yield client.ApiClient(configuration)
-    finally:
-        server.shutdown()
-        server.server_close()
+    """An API client, with a password in its URL, for a loopback server that answers every GET with `status` and
+    `body`."""
+    with fake_api.api_server(lambda path: (status, body), userinfo=f"svc:{PASSWORD}") as api:
+        yield api
 
 
 PASSWORD = "Upgr4de-read-pw"
