@@ -172,6 +172,7 @@ class ClusterProxy(pulumi.ComponentResource):
             helm_values=profile_values,
             firewall=firewall,
             generation=generation,
+            owner=stack_identity(),
         )
         for planned in plan(settings, inputs):
             self.resources[planned.key] = self._register(name, planned, args.management_provider)
@@ -480,12 +481,21 @@ def layered_settings(
     return merge_layers(layer, Layer(CLUSTER, CLUSTER_SOURCE, settings)).data
 
 
+def stack_identity(name: str | None = None) -> str:
+    """`org/project/stack` of this program's stack (or of `name`, a stack of this project, or already qualified):
+    the objects' owner annotation, and what a stack reference reads."""
+    name = pulumi.get_stack() if name is None else name
+    if "/" in name:
+        return name
+    organization = pulumi.get_organization() or "organization"  # what a self-managed backend calls it
+    return f"{organization}/{pulumi.get_project()}/{name}"
+
+
 def read_stack_outputs(name: str) -> Any:
     """Another stack's outputs, secrets decrypted, through the engine's own stack-reference read (the invoke that
     StackReference.get_output_details makes): known now, so that they can decide which objects exist, and not
     recorded in this stack's state. A bare stack name is one of this program's project."""
-    organization = pulumi.get_organization() or "organization"  # what a self-managed backend calls it
-    qualified = name if "/" in name else f"{organization}/{pulumi.get_project()}/{name}"
+    qualified = stack_identity(name)
     result = pulumi.runtime.invoke("pulumi:pulumi:readStackOutputs", {"name": qualified})
     if result.value is None:
         return None

@@ -25,7 +25,7 @@ import yaml
 from pulumi.runtime.config import CONFIG, get_config, get_config_env
 from pydantic.alias_generators import to_camel
 
-from .component import ClusterProxy, ClusterProxyArgs, read_stack_outputs
+from .component import ClusterProxy, ClusterProxyArgs, read_stack_outputs, stack_identity
 from .discovery import ClusterNetwork
 from .layers import (
     CLUSTER,
@@ -43,8 +43,23 @@ from .layers import (
     project_config,
     with_project_config,
 )
+from .live.adopt import (
+    Existing,
+    decide,
+    fields_not_set,
+    hand_over,
+    is_kubectl,
+    kubectl_fields_missing,
+    left_behind_objects,
+    object_path,
+    read_existing,
+    request,
+    status_message,
+    template_changes,
+)
 from .live.cluster import kubeconfig_path
 from .live.preview import cluster_problems, context_problems, live_kubernetes_version
+from .render import plain_plan
 from .settings import NETWORK_FIELDS, Settings, SettingsError, parse_settings, redact_url
 
 __all__ = ["CONFIG_NAMESPACE", "Discover", "discover_from_config", "main", "settings_from_config", "stop_quietly"]
@@ -57,6 +72,7 @@ PROVIDER_KEYS = (
     "kubeconfig",
     "context",
     "adoptExisting",
+    "adoptFrom",
     "managementKubeconfig",
     "managementContext",
 )
@@ -541,7 +557,7 @@ def read_live_daemonset(settings: Settings, api: Any) -> LiveDaemonSet | None:
     return LiveDaemonSet.from_object(data) if isinstance(data, Mapping) else None
 
 
-def _read_cluster(config: pulumi.Config) -> tuple[Settings, LiveDaemonSet | None]:
+def _read_cluster(config: pulumi.Config) -> tuple[Settings, LiveDaemonSet | None, Adopting | None]:
     """The settings, checked against the cluster the stack targets before anything is planned, and its live
     DaemonSet: every mistake a preview can see (the settings', the context's, the cluster's) in one error.
 
@@ -560,26 +576,205 @@ def _read_cluster(config: pulumi.Config) -> tuple[Settings, LiveDaemonSet | None
             settings = parse_settings(data)
         except SettingsError as exc:
             raise SettingsError([*exc.problems, *problems]) from None
+        adopting = None
         if api is not None:
             problems = [*problems, *cluster_problems(settings, api)]
+            adopting, refused = read_adoption(config, settings, api)
+            problems += refused
         if problems:
             raise SettingsError(problems)
-        return settings, read_live_daemonset(settings, api)
+        return settings, read_live_daemonset(settings, api), adopting
+
+
+@dataclass
+class Adopting:
+    """The objects the stack imports (`imports`: each with Pulumi's `import` option) and, of those, the ones it takes
+    from nobody or from `adoptFrom` (`taken`: kubectl's fields handed over in `up`, and what the preview says)."""
+
+    api: Any
+    imports: list[Existing]
+    taken: list[Existing]
+    planned: Mapping[tuple[str, str | None, str], Mapping[str, Any]]
+
+    def _planned(self, item: Existing) -> Mapping[str, Any]:
+        return self.planned[(item.kind, item.namespace, item.name)]
+
+    def prepare(self) -> None:
+        """Say what stays behind; in `up`, hand kubectl's fields over before the import (a preview changes nothing).
+        What each import's update removes and whether it rolls the pods is said once its inputs are known
+        (`transform`)."""
+        for item in self.taken:
+            kept = [
+                f"{manager}'s {', '.join(paths)}"
+                for manager, paths in fields_not_set(item, self._planned(item)).items()
+                if not is_kubectl(manager)
+            ]
+            if kept:
+                pulumi.log.warn(
+                    f"{item.label}: left behind, fields of other field managers that the plan does not set (nothing "
+                    f"removes them): {'; '.join(kept)}"
+                )
+            if item.kind == "DaemonSet":
+                for kind, name in left_behind_objects(item, self._planned(item)):
+                    pulumi.log.warn(
+                        f"{item.label}: left behind, {kind} {item.namespace}/{name}, which the live DaemonSet uses and "
+                        f"the stack's does not: nothing deletes it; once `pulumi up` has rolled the proxy, run "
+                        f"`kubectl -n {item.namespace} delete {kind.lower()} {name}`"
+                    )
+            if not pulumi.runtime.is_dry_run():
+                try:
+                    hand_over(item, self.api)
+                except Exception as exc:
+                    raise pulumi.RunError(
+                        f"{item.label}: could not hand kubectl's fields to Pulumi before the import "
+                        f"({status_message(exc) if item.kind != 'Secret' else getattr(exc, 'status', '')}): give the "
+                        "stack's credentials `patch` on it, or run `pulumi up` again if it changed meanwhile"
+                    ) from None
+
+    def transform(self, args: pulumi.ResourceTransformArgs) -> pulumi.ResourceTransformResult | None:
+        """Pulumi's `import` for each adopted object, and for each one taken, once its inputs are known, what the
+        import's update removes and (the DaemonSet) whether it rolls the pods (`_judge`)."""
+        metadata = args.props.get("metadata")
+        if not isinstance(metadata, Mapping):
+            return None
+        kind = args.type_.rsplit(":", 1)[-1]
+        item = next(
+            (
+                i
+                for i in self.imports
+                if i.kind == kind and i.name == metadata.get("name") and i.namespace == metadata.get("namespace")
+            ),
+            None,
+        )
+        if item is None:
+            return None
+        if item in self.taken:
+            pulumi.Output.from_input(dict(args.props)).apply(lambda props: self._judge(item, props))
+        opts = pulumi.ResourceOptions.merge(args.opts, pulumi.ResourceOptions(import_=item.import_id))
+        return pulumi.ResourceTransformResult(props=args.props, opts=opts)
+
+    def _judge(self, item: Existing, props: Mapping[str, Any]) -> None:
+        """A server-side dry run of the stack's object replacing the live one (what the import's update leaves once
+        kubectl's fields are handed over): kubectl's fields it no longer holds are removed, and a DaemonSet whose pod
+        template differs rolls. A Secret is judged from the plan alone: its values never go to a dry run here."""
+        made_by = ", ".join(item.managers) or "no field manager"
+        line = f"{item.label}: imported (made by {made_by}); the update after the import applies the plan"
+        after: Mapping[str, Any] | None = None
+        if item.kind == "Secret":
+            removed = [
+                p for m, paths in fields_not_set(item, self._planned(item)).items() if is_kubectl(m) for p in paths
+            ]
+        else:
+            # Pulumi resolves every number as a float; the API server wants its int32 fields as integers.
+            body = integral({"apiVersion": item.api_version, "kind": item.kind, **props})
+            try:
+                after = request(
+                    self.api, "PUT", object_path(item.api_version, item.kind, item.namespace, item.name),
+                    query=[("dryRun", "All"), ("fieldManager", "proxy-component-adopt")], body=body,
+                )  # fmt: skip
+            except Exception as exc:
+                pulumi.log.warn(f"{item.label}: could not dry-run the import's update ({status_message(exc)})")
+                return
+            removed = kubectl_fields_missing(item, after)
+        if removed:
+            line += f" and removes what kubectl set that the plan does not: {', '.join(removed)}"
+        pulumi.log.info(line)
+        if item.kind != "DaemonSet" or after is None:
+            return
+        before = (item.obj.get("spec") or {}).get("template")
+        changes = template_changes(before, (after.get("spec") or {}).get("template"))
+        if not changes:
+            pulumi.log.info(f"{item.label}: its pod template does not change: no proxy pod restarts")
+            return
+        strategy = ((after.get("spec") or {}).get("updateStrategy") or {}).get("type", "RollingUpdate")
+        shown = ", ".join(changes[:8]) + (f" and {len(changes) - 8} more" if len(changes) > 8 else "")
+        pulumi.log.warn(
+            f"{item.label}: the import's update changes its pod template ({shown}), so the proxy's pods roll once, "
+            + (
+                "node by node (updateStrategy RollingUpdate), each node's new pod ready before the next"
+                if strategy == "RollingUpdate"
+                else f"as updateStrategy {strategy} says"
+            )
+        )
+
+
+def integral(value: Any) -> Any:
+    """`value` with every float that is a whole number as an int (ports, counts), at any depth."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, Mapping):
+        return {key: integral(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [integral(item) for item in value]
+    return value
+
+
+def read_adoption(config: pulumi.Config, settings: Settings, api: Any) -> tuple[Adopting | None, list[str]]:
+    """Which of the plan's objects already exist and what the stack does with each (`decide`): the objects to import,
+    and the refusals (another owner's object, or an existing one without `adoptExisting`)."""
+    try:
+        planned = [p for p in plain_plan(settings, checked=False) if p.cluster == "workload"]
+    except SettingsError:
+        return None, []
+    existing, _ = read_existing(planned, api)
+    if not existing:
+        return None, []
+    me = stack_identity()
+
+    def deployed() -> bool:
+        try:
+            return read_stack_outputs(pulumi.get_stack()) is not None
+        except Exception:  # cannot tell: an object a Pulumi program made counts as this stack's own
+            return True
+
+    pulumi_made = any((o := e.owner()) is not None and o[0].startswith("pulumi-kubernetes") for e in existing)
+    where = redact_url(str(api.configuration.host))
+    adoption = decide(
+        existing,
+        me,
+        bool(config.get_bool("adoptExisting")),
+        config.get("adoptFrom") or None,
+        deployed() if pulumi_made else False,
+        where,
+    )
+    by_key = {
+        (str(p.obj["kind"]), p.obj["metadata"].get("namespace"), str(p.obj["metadata"]["name"])): p.obj for p in planned
+    }
+    problems = list(adoption.problems)
+    for item in adoption.taken:
+        if item.kind != "DaemonSet":
+            continue
+        live_selector = (item.obj.get("spec") or {}).get("selector")
+        planned_selector = (by_key[(item.kind, item.namespace, item.name)].get("spec") or {}).get("selector")
+        if live_selector != planned_selector:
+            problems.append(
+                f"{item.label}: its selector {json.dumps(live_selector)} is not the stack's "
+                f"{json.dumps(planned_selector)}, and a DaemonSet's selector cannot change, so the import would "
+                f"replace it and stop every node's proxy at once: delete it first (`kubectl -n {item.namespace} "
+                f"delete daemonset {item.name}`; each node is without its proxy until the stack's pod is ready), "
+                "then run `pulumi up`"
+            )
+    return Adopting(api, adoption.imports, adoption.taken, by_key), problems
 
 
 def _main() -> ClusterProxy:
     config = pulumi.Config(CONFIG_NAMESPACE)
     live = None
+    adopting = None
     if config.get("renderYamlToDirectory"):
         settings = settings_from_config(config)
     else:
-        settings, live = _read_cluster(config)
+        settings, live, adopting = _read_cluster(config)
     discover = discover_from_config(config.get_object(DISCOVER_KEY))
     network = discover.network() if discover is not None else None
     provider = _provider(config, live)
     management = _management_provider(config, settings)
     args = ClusterProxyArgs(settings=settings, network=network, management_provider=management)
-    proxy = ClusterProxy(pulumi.get_stack(), args, component_options(settings, provider, live))
+    options = component_options(settings, provider, live)
+    if adopting is not None and adopting.imports:
+        adopting.prepare()
+        options = pulumi.ResourceOptions.merge(options, pulumi.ResourceOptions(transforms=[adopting.transform]))
+    proxy = ClusterProxy(pulumi.get_stack(), args, options)
     pulumi.export("noProxy", proxy.no_proxy)
     pulumi.export("httpProxy", proxy.http_proxy)
     pulumi.export("httpsProxy", proxy.https_proxy)

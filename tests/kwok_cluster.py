@@ -18,10 +18,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @contextmanager
-def kwok_cluster(workdir: Path, name: str, nodes: int) -> Iterator[Path]:
+def kwok_cluster(workdir: Path, name: str, nodes: int, config: str | None = None) -> Iterator[Path]:
     """The kubeconfig of a cluster named `name`-<pid> with `nodes` kwok nodes; the test fails if it does not start
-    or stop."""
+    or stop. `config`: a KwokctlConfiguration document added to the script's (PROXY_COMPONENT_CLUSTER_CONFIG)."""
     env = {**os.environ, "PROXY_COMPONENT_CLUSTER": f"{name}-{os.getpid()}", "KWOK_WORKDIR": str(workdir / "kwok")}
+    if config is not None:
+        (workdir / "kwokctl-extra.yaml").write_text(config)
+        env["PROXY_COMPONENT_CLUSTER_CONFIG"] = str(workdir / "kwokctl-extra.yaml")
     up = subprocess.run(["bash", str(ROOT / "scripts/cluster"), "up", str(nodes)], capture_output=True, text=True,
                         env=env, timeout=3000)  # fmt: skip
     if up.returncode != 0:

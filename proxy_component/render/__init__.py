@@ -46,9 +46,11 @@ def _call(build: Any, values: ProxyValues) -> Any:
     return build(values)
 
 
-def plain_plan(settings: Settings) -> list[Planned]:
-    """The plan for plain settings (no run-time network): every value a string."""
-    if settings.deployment.enabled:
+def plain_plan(settings: Settings, *, checked: bool = True) -> list[Planned]:
+    """The plan for plain settings (no run-time network): every value a string. `checked=False` skips the check
+    that a network the stack discovers satisfies (the Allow list's sources), for what only needs the objects' names
+    and fields (adoption)."""
+    if settings.deployment.enabled and checked:
         check_allow_sources(settings)
     values = plain_values(settings)
     allow = settings.allowed_sources()

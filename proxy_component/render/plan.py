@@ -42,6 +42,7 @@ from .kyverno import CLONE_CONFIG_NAME, CLONE_TRUST_NAME, cluster_policy, genera
 from .trust import trust_bundle_object, trust_manager_bundle, trust_namespaces
 
 __all__ = [
+    "OWNER_ANNOTATION",
     "PATCH_FORCE",
     "PlanInputs",
     "Planned",
@@ -63,6 +64,10 @@ image`) makes the next `up` fail with a field conflict instead of putting the va
 so that `render` (which `pulumi import` and `adoptExisting` take over) and the component register the same objects;
 kubectl, Argo CD and Flux ignore it.
 """
+
+OWNER_ANNOTATION = "proxy-component.io/owner"
+"""The stack (`org/project/stack`) whose component made the object: a stack adopting objects that exist refuses
+another stack's by this name (proxy_component/live/adopt.py). The component sets it; `render` (no stack) does not."""
 
 
 @dataclass(frozen=True)
@@ -109,6 +114,7 @@ class PlanInputs:
     helm_values: Callable[[str, str | None], ProxyValues] | None = None
     firewall: Any = None
     generation: Any = None
+    owner: str | None = None
 
 
 def _profile_values(settings: Settings, values: ProxyValues, profile: str, release: str | None) -> ProxyValues:
@@ -264,11 +270,14 @@ def plan(settings: Settings, inputs: PlanInputs) -> list[Planned]:
                 planned.append(Planned(f"capi/{name}", f"-{name}", obj, cluster="management"))
     check_unique([p.obj for p in planned if p.cluster == "workload"])
     check_unique([p.obj for p in planned if p.cluster == "management"])
-    return [dataclasses.replace(p, obj=owned(p.obj)) for p in planned]
+    return [dataclasses.replace(p, obj=owned(p.obj, inputs.owner)) for p in planned]
 
 
-def owned(obj: Obj) -> Obj:
-    """The object with the annotation that makes `pulumi up` take back any of its fields another manager edited."""
+def owned(obj: Obj, owner: str | None = None) -> Obj:
+    """The object with the annotation that makes `pulumi up` take back any of its fields another manager edited,
+    and with its owner's (`OWNER_ANNOTATION`) when a stack registers it."""
     meta = obj["metadata"]
     annotations = {**meta.get("annotations", {}), PATCH_FORCE: "true"}
+    if owner is not None:
+        annotations[OWNER_ANNOTATION] = owner
     return {**obj, "metadata": {**meta, "annotations": annotations}}

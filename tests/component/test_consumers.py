@@ -161,7 +161,11 @@ def test_with_credentials_every_carrier_is_a_secret(mocked: Harness) -> None:
         "name": "cert-manager-proxy-values",
         "namespace": "flux-system",
         "labels": {"app.kubernetes.io/part-of": "proxy-component", "proxy-component.io/helm-profile": "cert-manager"},
-        "annotations": {"pulumi.com/patchForce": "true"},
+        # The stack whose component made it: a second stack adopting objects refuses it by this name.
+        "annotations": {
+            "pulumi.com/patchForce": "true",
+            "proxy-component.io/owner": "organization/proxy-component/test",
+        },
     }
     assert yaml.safe_load(values_secret.inputs["stringData"]["values.yaml"])["http_proxy"].endswith(
         "@192.168.52.220:3128"
