@@ -29,7 +29,7 @@ from .git_server import GIT_HOST, GitServer, cli_wrapper, serve_git
 
 pytestmark = pytest.mark.engine
 
-PORT_LINE = "    port: ListenPort = {}"  # settings.py: ProxySettings.port, the proxy URL's port
+PORT_LINE = "    port: ListenPort = {}"  # settings/deployment.py: ProxySettings.port, the proxy URL's port
 CHECKOUT_PORT, TAGGED_PORT, LATER_PORT = 8888, 8877, 8899
 REPO = "proxy-component/proxy-component"
 
@@ -53,10 +53,10 @@ def _git(work: Path, *args: str) -> str:
 
 
 def _set_port(work: Path, port: int) -> None:
-    settings = work / "proxy_component/settings.py"
+    settings = work / "proxy_component/settings/deployment.py"
     text = settings.read_text()
     current = re.findall(r"^    port: ListenPort = (\d+)$", text, re.M)
-    assert len(current) == 1, "settings.py: ProxySettings.port moved; update this test"
+    assert len(current) == 1, "settings/deployment.py: ProxySettings.port moved; update this test"
     settings.write_text(text.replace(PORT_LINE.format(current[0]), PORT_LINE.format(port)))
 
 
@@ -148,7 +148,7 @@ def _assert_pinned_tagged_plugin(plugin: Path, version: str = RELEASED, port: in
     assert versions == {"proxy-component": version, **pins}, "a package the plugin installs is unpinned or off its pin"
     assert project_version(ROOT) != version  # neither the checkout's version nor the later commit's
     installed = subprocess.run(
-        [str(plugin / "venv/bin/python"), "-c", "import proxy_component.settings as s; print(s.__file__)"],
+        [str(plugin / "venv/bin/python"), "-c", "import proxy_component.settings.deployment as s; print(s.__file__)"],
         capture_output=True, text=True, check=True, timeout=120, cwd=plugin.parent.parent,
     ).stdout.strip()  # fmt: skip
     assert installed.startswith(str(plugin / "venv")), installed
@@ -296,7 +296,7 @@ def test_pip_installs_the_package_from_a_commit(served: GitServer, released: tup
     assert versions["proxy-component"] == _later_version()
     path = subprocess.run(
         [str(venv / "bin/python"), "-c",  # where the file is, without importing the package (--no-deps)
-         "import importlib.metadata as m; print(m.distribution('proxy-component').locate_file('proxy_component/settings.py'))"],
+         "import importlib.metadata as m; print(m.distribution('proxy-component').locate_file('proxy_component/settings/deployment.py'))"],
         capture_output=True, text=True, check=True, timeout=120, cwd=tmp_path,
     ).stdout.strip()  # fmt: skip
     assert path.startswith(str(venv)), path
