@@ -14,6 +14,7 @@ from ..dataplane.config import config_is_secret
 from ..render.env import (
     CONFIG_NAME,
 )
+from ..render.kyverno import POLICY_NAME
 from ..render.trust import BUNDLE_NAME, trust_namespaces
 from ..settings import PROBE_NAMESPACE, Settings
 from .cluster import (
@@ -23,6 +24,8 @@ from .cluster import (
     DAEMON_SET,
     EVICTIONS,
     JOBS,
+    KYVERNO_DEPLOYMENTS,
+    LEGACY_POLICY,
     NAMESPACES,
     NODES,
     PDBS,
@@ -42,6 +45,7 @@ from .cluster import (
     Api,
     Obj,
 )
+from .kyverno import KYVERNO_NAMESPACE
 
 CHECK_NAME = "proxy-component-check"  # the ServiceAccount, roles and bindings of `render --format check-rbac`
 ROLLOUT_NAME = "proxy-component-rollout"  # those of `render --format rollout-rbac`
@@ -86,6 +90,8 @@ def accesses(settings: Settings, probe: bool = False) -> list[Access]:
     out += [Access(CONFIG_MAPS, ns, BUNDLE_NAME) for ns in trust_namespaces(settings)]
     out += [Access(api, ns) for ns in workload_namespaces(settings) for _, api in workload_apis(settings)]
     out += stale_accesses(settings)
+    if settings.injection.kyverno:
+        out += [Access(KYVERNO_DEPLOYMENTS, KYVERNO_NAMESPACE), Access(LEGACY_POLICY, None, POLICY_NAME)]
     if probe and d.enabled:
         out += [Access(api, PROBE_NAMESPACE) for api in (PROBE_CREATE, PODS, POD_LOGS)]
         out += [Access(POD_LOGS, d.namespace), Access(PROBE_DELETE, PROBE_NAMESPACE)]

@@ -36,6 +36,7 @@ from ..render.env import (
     proxy_config_object,
     reads_proxy_config,
 )
+from ..render.kyverno import POLICY_NAME
 from ..render.runtimes import python_no_proxy
 from ..render.trust import BUNDLE_NAME, trust_bundle_object, trust_namespaces
 from ..settings import (
@@ -50,6 +51,8 @@ from .access import KUBERNETES_SERVICE, workload_apis, workload_namespaces
 from .cluster import (
     CONFIG_MAPS,
     DAEMON_SET,
+    KYVERNO_DEPLOYMENTS,
+    LEGACY_POLICY,
     NAMESPACES,
     NODES,
     POD_LOGS,
@@ -62,6 +65,7 @@ from .cluster import (
     Obj,
     explain,
 )
+from .kyverno import KYVERNO_NAMESPACE, KYVERNO_SELECTOR, LEGACY_ENDS, legacy_policy_message, version_from_deployments
 from .stale import JudgedPods, content_time, judge_pods
 
 POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
@@ -191,6 +195,7 @@ def _findings(settings: Settings, cluster: Cluster) -> list[Finding]:
         *_proxy_configs(settings, cluster),
         *_trust_bundles(settings, cluster),
         *_injection_apis(settings, cluster),
+        *_kyverno_legacy(settings, cluster),
     ]
     pods = judge_pods(settings, cluster)  # judged now, reported last
     return [*first, *_workloads(settings, cluster), *_stale(pods)]
@@ -209,6 +214,42 @@ def _injection_apis(settings: Settings, cluster: Cluster) -> Iterator[Finding]:
                 f"{api.setting}: the API server does not serve {api.group_version} {api.resource}, so no Pod gets "
                 f"the proxy env from it (expected {api.needs})",
             )  # fmt: skip
+
+
+def _kyverno_legacy(settings: Settings, cluster: Cluster) -> Iterator[Finding]:
+    """The legacy ClusterPolicy this project rendered (`injection.kyvernoPolicy: ClusterPolicy`, now or earlier) on a
+    cluster whose Kyverno no longer runs it (1.20): it injects nothing. Nothing is said when Kyverno's version cannot
+    be read (another namespace, a forbidden read, an untagged image)."""
+    if not settings.injection.kyverno:
+        return
+    try:
+        deployments = list(
+            cluster.list_json(Access(KYVERNO_DEPLOYMENTS, KYVERNO_NAMESPACE), label_selector=KYVERNO_SELECTOR)
+        )
+    except Exception as exc:
+        if getattr(exc, "status", None) in (403, 404):
+            return
+        raise
+    for deployment in deployments:
+        deployment.setdefault("metadata", {}).setdefault("namespace", KYVERNO_NAMESPACE)
+    found = version_from_deployments(deployments)
+    if found is None or found[0][:2] < LEGACY_ENDS:
+        return
+    try:
+        response = cluster.request(
+            Access(LEGACY_POLICY, None, POLICY_NAME), "kyverno.io", "v1", "clusterpolicies", POLICY_NAME,
+            _preload_content=False,
+        )  # fmt: skip
+    except Exception as exc:
+        if getattr(exc, "status", None) in (403, 404):  # none, or the legacy CRD is gone (1.21)
+            return
+        raise
+    if response is None:
+        return
+    yield Finding(
+        "kyverno-legacy-policy", f"ClusterPolicy {POLICY_NAME}", "error",
+        f"made by an earlier injection.kyvernoPolicy: ClusterPolicy; {legacy_policy_message(*found)}",
+    )  # fmt: skip
 
 
 def _internal_ips(node: Obj) -> list[str]:

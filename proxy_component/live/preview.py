@@ -5,7 +5,7 @@ preview, all at once, each naming its field, its value and what to do (issue 44)
 - `cluster_problems`: the namespaces the settings write to exist (`namespaces`, `helmValuesSecrets`, and
   `deployment.namespace`); the API server serves every kind the settings chose (prometheus-operator's PodMonitor and
   PrometheusRule, Kyverno's policies, the MutatingAdmissionPolicy API); `cluster.dnsDomain` is the domain the
-  cluster's CoreDNS serves;
+  cluster's CoreDNS serves; a legacy `ClusterPolicy` chosen where the cluster's Kyverno no longer runs one (1.20);
 - `live_kubernetes_version`: the API server's version, for `cluster.kubernetesVersion` when the settings leave it unset.
 
 Only a definite answer counts: what cannot be read now (forbidden, unreachable, a cluster without CoreDNS) is left to
@@ -21,6 +21,7 @@ from typing import Any
 
 from ..render import plain_plan
 from ..settings import Settings
+from .kyverno import LEGACY_ENDS, kyverno_version, legacy_policy_message
 
 __all__ = ["API_SETTINGS", "cluster_problems", "context_problems", "corefile_zones", "live_kubernetes_version"]
 
@@ -51,7 +52,23 @@ def context_problems(contexts: Iterable[str], context: str | None, where: str) -
 
 def cluster_problems(settings: Settings, api: Any) -> list[str]:
     """Every problem the cluster shows with these settings, in the settings' order."""
-    return [*_namespace_problems(settings, api), *_api_problems(settings, api), *_domain_problems(settings, api)]
+    return [
+        *_namespace_problems(settings, api),
+        *_api_problems(settings, api),
+        *_domain_problems(settings, api),
+        *_kyverno_problems(settings, api),
+    ]
+
+
+def _kyverno_problems(settings: Settings, api: Any) -> list[str]:
+    """`injection.kyvernoPolicy: ClusterPolicy` on a cluster whose Kyverno no longer runs legacy policies (1.20)."""
+    injection = settings.injection
+    if not (injection.kyverno and injection.kyverno_policy == "ClusterPolicy"):
+        return []
+    found = kyverno_version(api)
+    if found is None or found[0][:2] < LEGACY_ENDS:
+        return []
+    return [f"injection.kyvernoPolicy: 'ClusterPolicy' is Kyverno's legacy policy, and {legacy_policy_message(*found)}"]
 
 
 def _namespace_problems(settings: Settings, api: Any) -> list[str]:

@@ -37,6 +37,7 @@ import pytest
 import yaml
 
 from proxy_component.render.kyverno import POLICY_NAME
+from proxy_component.stack import PROVIDER_KEYS
 from tests.kwok_cluster import kwok_cluster
 
 from .conftest import ROOT, Project, changes, old_layout
@@ -160,7 +161,7 @@ def fixture_config(upgrade: Upgrade) -> dict[str, Any]:
 
 def settings_of(config: dict[str, Any]) -> dict[str, Any]:
     """The settings a stack's config holds (its proxy-component keys but the provider's), as `check` reads them."""
-    provider = {"renderYamlToDirectory", "kubeconfig", "context"}
+    provider = set(PROVIDER_KEYS)
     return {k.split(":", 1)[1]: v for k, v in config.items() if k.split(":", 1)[1] not in provider}
 
 

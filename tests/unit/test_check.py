@@ -69,15 +69,12 @@ def test_the_rendered_roles_grant_exactly_what_check_may_request(case: str) -> N
             "app.kubernetes.io/part-of": "proxy-component", "app.kubernetes.io/component": "check"}},
     }  # fmt: skip
     for namespace, _, resource, verb, name in wanted:
-        # Cluster-wide: lists of nodes and ServiceCIDRs, and the proxy's own Namespace by name (its Pod Security).
+        # Cluster-wide: lists of nodes and ServiceCIDRs, the proxy's own Namespace by name (its Pod Security), and
+        # with Kyverno the legacy ClusterPolicy this project rendered, by name.
         assert (
             namespace is not None
             or resource in ("nodes", "servicecidrs")
-            or (resource, name)
-            == (
-                "namespaces",
-                "kube-system",
-            )
+            or (resource, name) in (("namespaces", "kube-system"), ("clusterpolicies", "proxy-component-inject-env"))
         ), "nothing else cluster-wide"
         # The one unnamed get: the proxy pods' logs (their names are the DaemonSet's, not known in advance), in the
         # proxy's own namespace only, for which config each node's proxy runs (issue 35).
@@ -100,6 +97,13 @@ def test_with_credentials_and_kyverno_secrets_are_read_by_name_and_pods_listed()
             {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
             {"apiGroups": ["networking.k8s.io"], "resources": ["servicecidrs"], "verbs": ["list"]},
             {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get"], "resourceNames": ["kube-system"]},
+            # Kyverno 1.20 no longer runs it (live/kyverno.py): read by name only.
+            {
+                "apiGroups": ["kyverno.io"],
+                "resources": ["clusterpolicies"],
+                "verbs": ["get"],
+                "resourceNames": ["proxy-component-inject-env"],
+            },
         ],
         ("Role", "default"): [
             {"apiGroups": [""], "resources": ["services"], "verbs": ["get"], "resourceNames": ["kubernetes"]},
@@ -118,6 +122,8 @@ def test_with_credentials_and_kyverno_secrets_are_read_by_name_and_pods_listed()
             {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
             secret,
         ],
+        # Kyverno's admission controller: its image says its version (live/kyverno.py).
+        ("Role", "kyverno"): [{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["list"]}],
         ("Role", "team-a"): [secret, {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}, *owners],
     }
 

@@ -1,0 +1,80 @@
+"""Which Kyverno the cluster runs, for what its release decides about the policies this project renders (issue 45).
+
+Kyverno 1.20 ends legacy policy execution (kyverno/kyverno #17701, #17708): a `ClusterPolicy` enforces nothing any
+more, and Kyverno's webhook denies every create or update of one, an unchanged re-apply included; 1.21 stops
+shipping the legacy CRDs (#17718). So `injection.kyvernoPolicy: ClusterPolicy` injects nothing from 1.20 on.
+
+The version is the tag of the admission controller's image: the Deployment the Helm chart makes in Kyverno's
+namespace (`kyverno` as its docs install it), labelled `app.kubernetes.io/component: admission-controller`, whose
+container `kyverno` runs `<registry>/kyverno/kyverno:<appVersion>`. A digest-pinned image keeps its tag
+(`...:v1.20.0@sha256:...`); an image without a readable tag, or no such Deployment, leaves the version unknown and
+nothing is said.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+__all__ = [
+    "KYVERNO_NAMESPACE",
+    "KYVERNO_SELECTOR",
+    "LEGACY_ENDS",
+    "kyverno_version",
+    "legacy_policy_message",
+    "version_from_deployments",
+]
+
+KYVERNO_NAMESPACE = "kyverno"
+KYVERNO_SELECTOR = "app.kubernetes.io/component=admission-controller"
+LEGACY_ENDS = (1, 20)  # the first release that no longer runs ClusterPolicy
+_TAG = re.compile(r":v?(\d+)\.(\d+)\.(\d+)(?:[-+][0-9A-Za-z.-]*)?(?:@sha256:[0-9a-f]+)?$")
+
+
+def version_from_deployments(deployments: Iterable[Mapping[str, Any]]) -> tuple[tuple[int, int, int], str] | None:
+    """The Kyverno version and which Deployment said so (`namespace/name`), from the admission controller's
+    Deployments as the API server lists them; None when none runs a tagged `kyverno/kyverno` image."""
+    for deployment in deployments:
+        metadata = deployment.get("metadata") or {}
+        containers = ((deployment.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or []
+        for container in containers:
+            image = str(container.get("image", ""))
+            repository = image.split("@", 1)[0].rsplit(":", 1)[0]
+            if not repository.endswith("kyverno/kyverno"):
+                continue
+            match = _TAG.search(image)
+            if match:
+                version = (int(match.group(1)), int(match.group(2)), int(match.group(3)))
+                return version, f"{metadata.get('namespace')}/{metadata.get('name')}"
+    return None
+
+
+def kyverno_version(api: Any) -> tuple[tuple[int, int, int], str] | None:
+    """The cluster's Kyverno version from its admission controller's Deployment (the stack program's read, with
+    the official client); None when it cannot be read or there is none."""
+    from kubernetes import client
+
+    try:
+        response: Any = client.AppsV1Api(api).list_namespaced_deployment(
+            KYVERNO_NAMESPACE, label_selector=KYVERNO_SELECTOR, _request_timeout=10, _preload_content=False
+        )
+        import json
+
+        items = json.loads(response.data).get("items") or []
+    except Exception:  # forbidden, unreachable: nothing is said
+        return None
+    for item in items:
+        item.setdefault("metadata", {}).setdefault("namespace", KYVERNO_NAMESPACE)
+    return version_from_deployments(items)
+
+
+def legacy_policy_message(version: tuple[int, int, int], where: str) -> str:
+    """Why a ClusterPolicy injects nothing under this Kyverno, and what to do."""
+    shown = ".".join(str(part) for part in version)
+    return (
+        f"the cluster runs Kyverno {shown} ({where}), which no longer runs legacy policies: a ClusterPolicy enforces "
+        "nothing, and Kyverno denies every create or update of one (kyverno/kyverno#17701), so no pod gets the proxy "
+        "variables from it: remove injection.kyvernoPolicy (the default renders a MutatingPolicy and "
+        "GeneratingPolicies, Kyverno 1.17 or later) and run `pulumi up`, which deletes the ClusterPolicy"
+    )
