@@ -661,9 +661,11 @@ class Adopting:
         line = f"{item.label}: imported (made by {made_by}); the update after the import applies the plan"
         after: Mapping[str, Any] | None = None
         if item.kind == "Secret":
-            removed = [
-                p for m, paths in fields_not_set(item, self._planned(item)).items() if is_kubectl(m) for p in paths
-            ]
+            planned = dict(self._planned(item))
+            # pulumi-kubernetes writes stringData as data: the keys are what counts, never the values.
+            keys = {**(planned.get("data") or {}), **(planned.pop("stringData", None) or {})}
+            planned["data"] = dict.fromkeys(keys, "")
+            removed = [p for m, paths in fields_not_set(item, planned).items() if is_kubectl(m) for p in paths]
         else:
             # Pulumi resolves every number as a float; the API server wants its int32 fields as integers.
             body = integral({"apiVersion": item.api_version, "kind": item.kind, **props})
