@@ -1,5 +1,9 @@
 """A test cluster of a module's own: `scripts/cluster up NODES` (kube-apiserver, controller-manager, scheduler and
-etcd with kwok's fake nodes, on 127.0.0.1) under a name and work directory of its own, taken down on exit."""
+etcd with kwok's fake nodes, on 127.0.0.1) under a name and work directory of its own, taken down on exit; at the
+script's default Kubernetes version or another one (`K8S_VERSION`, built and cached by version by the script).
+
+The oldest Kubernetes minor the product supports is a tested target too: `VERSIONS` parametrizes a module's cluster
+fixture over the default version and `OLDEST` (its second run marked `oldest`: `pytest -m oldest`)."""
 
 from __future__ import annotations
 
@@ -13,15 +17,62 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
+OLDEST = "v1.35.4"
+"""The oldest Kubernetes minor the product supports (1.35 on 2026-11-28: 1.35, 1.36 and 1.37 are maintained), at its
+newest patch the Go module proxy serves. .ci/run reads this line to build its binaries."""
+VERSIONS = [pytest.param(None, id="default"), pytest.param(OLDEST, id="1.35", marks=pytest.mark.oldest)]
+"""A module-scoped cluster fixture's params: the script's default version, then OLDEST (the `oldest` lane)."""
+ADMISSION_GA_MINOR = 36
+"""Before it (1.34, 1.35), kube-apiserver serves MutatingAdmissionPolicy (v1beta1) only with its feature gate on."""
+
+
+def minor(version: str | None) -> int | None:
+    """35 for 'v1.35.4'; None for the script's default."""
+    return None if version is None else int(version.lstrip("v").split(".")[1])
+
+
+def settings_version(version: str | None) -> str | None:
+    """`cluster.kubernetesVersion` for a cluster of `version` ('1.35'), None for the default (left unset, as the
+    settings the tests of the default version always used)."""
+    return None if version is None else f"1.{minor(version)}"
+
+
+def version_config(version: str | None, config: str | None = None) -> str | None:
+    """`config` (a KwokctlConfiguration document or None) with what a cluster of `version` needs: on 1.34 and 1.35,
+    the MutatingAdmissionPolicy feature gate and admissionregistration.k8s.io/v1beta1 in the runtime config (what
+    the product's v1beta1 policy needs there, and what a user of those versions turns on); nothing otherwise."""
+    m = minor(version)
+    if m is None or m >= ADMISSION_GA_MINOR:
+        return config
+    doc: dict[str, Any] = yaml.safe_load(config) if config else {}
+    doc.setdefault("apiVersion", "config.kwok.x-k8s.io/v1alpha1")
+    doc.setdefault("kind", "KwokctlConfiguration")
+    options = doc.setdefault("options", {})
+    for key, item in (
+        ("kubeFeatureGates", "MutatingAdmissionPolicy=true"),
+        ("kubeRuntimeConfig", "admissionregistration.k8s.io/v1beta1=true"),
+    ):
+        items = [i for i in str(options.get(key) or "").split(",") if i]
+        options[key] = ",".join(items if item in items else [*items, item])
+    return yaml.safe_dump(doc, sort_keys=False)
+
 
 @contextmanager
-def kwok_cluster(workdir: Path, name: str, nodes: int, config: str | None = None) -> Iterator[Path]:
+def kwok_cluster(
+    workdir: Path, name: str, nodes: int, config: str | None = None, version: str | None = None
+) -> Iterator[Path]:
     """The kubeconfig of a cluster named `name`-<pid> with `nodes` kwok nodes; the test fails if it does not start
-    or stop. `config`: a KwokctlConfiguration document added to the script's (PROXY_COMPONENT_CLUSTER_CONFIG)."""
+    or stop. `config`: a KwokctlConfiguration document added to the script's (PROXY_COMPONENT_CLUSTER_CONFIG).
+    `version`: Kubernetes' (`v1.35.4`; K8S_VERSION), None for the script's default; the API server is checked to
+    be of that version, and `version_config` adds what that version needs to `config`."""
     env = {**os.environ, "PROXY_COMPONENT_CLUSTER": f"{name}-{os.getpid()}", "KWOK_WORKDIR": str(workdir / "kwok")}
+    if version is not None:
+        env["K8S_VERSION"] = version
+    config = version_config(version, config)
     if config is not None:
         (workdir / "kwokctl-extra.yaml").write_text(config)
         env["PROXY_COMPONENT_CLUSTER_CONFIG"] = str(workdir / "kwokctl-extra.yaml")
@@ -30,11 +81,24 @@ def kwok_cluster(workdir: Path, name: str, nodes: int, config: str | None = None
     if up.returncode != 0:
         pytest.fail(f"scripts/cluster up failed: {up.stderr}")
     try:
-        yield Path(up.stdout.strip().splitlines()[-1])
+        kubeconfig = Path(up.stdout.strip().splitlines()[-1])
+        if version is not None:
+            served = server_version(kubeconfig)
+            assert served == version, f"scripts/cluster up with K8S_VERSION={version} started {served}"
+        yield kubeconfig
     finally:
         down = subprocess.run(["bash", str(ROOT / "scripts/cluster"), "down"], capture_output=True, text=True,
                               env=env, timeout=300)  # fmt: skip
         assert down.returncode == 0, down.stderr
+
+
+def server_version(kubeconfig: Path) -> str:
+    """The API server's gitVersion (`v1.35.4`)."""
+    result = subprocess.run(["kubectl", "--kubeconfig", str(kubeconfig), "version", "-o", "json"], capture_output=True,
+                            text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 0, f"kubectl version: {result.stderr}"
+    git_version: str = json.loads(result.stdout)["serverVersion"]["gitVersion"]
+    return git_version
 
 
 def proxy_pods_on(

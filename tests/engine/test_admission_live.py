@@ -5,13 +5,16 @@ and some as a Deployment (its Pods made by the real ReplicaSet controller) and a
 comes out of admission exactly as the stack transform renders it, env by env and mount by mount, order included.
 Ephemeral containers are added through `pods/ephemeralcontainers` as `kubectl debug` adds them. Last, the API
 server's own `paramKind` defect, which the policy's design avoids, reproduced (kubernetes/kubernetes#130887).
+
+Twice: on the default version, and on the oldest supported one (tests/kwok_cluster.py OLDEST, 1.35, `pytest -m
+oldest`), each with what the product renders for that cluster (`cluster.kubernetesVersion: "1.35"` there: the
+v1beta1 policy, served by 1.35's kube-apiserver with the MutatingAdmissionPolicy feature gate on).
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import os
 import subprocess
 import sys
 import time
@@ -24,9 +27,9 @@ import pytest
 import yaml
 
 from proxy_component.render import plain_values
-from proxy_component.render.admission import POD_CREATE, POLICY_NAME
+from proxy_component.render.admission import POD_CREATE, POLICY_NAME, admission_api_version
 from proxy_component.render.digest import settings_digest
-from proxy_component.settings import Settings
+from proxy_component.settings import Settings, parse_settings
 from proxy_component.transform import proxy_env_transform
 from tests.injection_cases import (
     Case,
@@ -37,11 +40,11 @@ from tests.injection_cases import (
     injected_parts,
     namespaces,
     profile_raw,
-    profile_settings,
     profiles,
     stamp,
     transformed,
 )
+from tests.kwok_cluster import VERSIONS, kwok_cluster, minor, settings_version
 
 from .conftest import ROOT
 
@@ -57,9 +60,13 @@ options:
 
 
 class Cluster:
-    def __init__(self, kubeconfig: Path, workdir: Path) -> None:
+    def __init__(self, kubeconfig: Path, workdir: Path, version: str | None) -> None:
         self.kubeconfig = kubeconfig
         self.workdir = workdir
+        # What the settings name for this cluster (`cluster.kubernetesVersion`): unset on the default version, '1.35'
+        # on OLDEST; and the minor of an older cluster whose rendering this one serves too (one upgraded since).
+        self.settings_version = settings_version(version)
+        self.older = "1.35" if version is None else f"1.{(minor(version) or 0) - 1}"
 
     def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(
@@ -110,23 +117,13 @@ def _wait(condition: Callable[[], bool], what: str, timeout: float = 60) -> None
         time.sleep(0.5)
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+@pytest.fixture(scope="module", params=VERSIONS)
+def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    version: str | None = request.param
     workdir = tmp_path_factory.mktemp("admission")
-    extra = workdir / "kwokctl-extra.yaml"
-    extra.write_text(KWOKCTL)
-    env = {
-        **os.environ,
-        "PROXY_COMPONENT_CLUSTER": f"pc-admission-{os.getpid()}",
-        "KWOK_WORKDIR": str(workdir / "kwok"),
-        "PROXY_COMPONENT_CLUSTER_CONFIG": str(extra),
-    }
-    up = subprocess.run(["bash", str(ROOT / "scripts/cluster"), "up", str(NODES)], capture_output=True, text=True,
-                        env=env, timeout=3000)  # fmt: skip
-    if up.returncode != 0:
-        pytest.fail(f"scripts/cluster up failed: {up.stderr}")
-    try:
-        live = Cluster(Path(up.stdout.strip().splitlines()[-1]), workdir)
+    name = "pc-admission" if version is None else f"pc-admission-{minor(version)}"
+    with kwok_cluster(workdir, name, NODES, KWOKCTL, version) as kubeconfig:
+        live = Cluster(kubeconfig, workdir, version)
         for namespace in namespaces():
             if namespace != "kube-system":
                 live.kubectl("create", "namespace", namespace)
@@ -143,8 +140,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
             _wait(established, f"the CRD {crd['metadata']['name']} established")
         yield live
-    finally:
-        subprocess.run(["bash", str(ROOT / "scripts/cluster"), "down"], env=env, capture_output=True, timeout=300)
 
 
 def _probe_pod(name: str) -> dict[str, Any]:
@@ -188,12 +183,21 @@ def _in_force(cluster: Cluster, settings: Settings) -> None:
         raise AssertionError(f"the admission policy not in force: {_first_difference(seen[0], wanted)}{why}") from None
 
 
-def _apply_profile(cluster: Cluster, name: str, kubernetes_version: str | None = None) -> Settings:
+def _raw_for(name: str, kubernetes_version: str | None) -> dict[str, Any]:
+    """The profile's settings as written for a cluster of `kubernetes_version` (None: left unset)."""
     raw = profile_raw(name)
     if kubernetes_version is not None:
         raw["cluster"] = {**raw["cluster"], "kubernetesVersion": kubernetes_version}
-    settings = profile_settings(name)
-    cluster.kubectl("apply", "-f", "-", stdin=cluster.render_admission(raw, f"{name}-{kubernetes_version}"))
+    return raw
+
+
+def _apply_profile(cluster: Cluster, name: str, kubernetes_version: str | None = None) -> Settings:
+    """The profile's policy as rendered for `kubernetes_version` (None: this cluster's own, `settings_version`)
+    applied, once in force; the same settings are the transform's, the expected side."""
+    version = cluster.settings_version if kubernetes_version is None else kubernetes_version
+    raw = _raw_for(name, version)
+    settings = parse_settings(raw)
+    cluster.kubectl("apply", "-f", "-", stdin=cluster.render_admission(raw, f"{name}-{version}"))
     _in_force(cluster, settings)
     return settings
 
@@ -217,26 +221,20 @@ def _delete_pods(cluster: Cluster) -> None:
         cluster.kubectl("delete", "pods,deployments,jobs", "-n", namespace, "-l", "table=injection", "--wait=false")
 
 
-@pytest.mark.cluster
-@pytest.mark.parametrize(("profile", "version"), [*((p, None) for p in profiles()), ("trust", "1.35")])
-def test_every_case_of_the_table_comes_out_of_admission_as_the_transform_renders_it(
-    cluster: Cluster, profile: str, version: str | None
-) -> None:
-    """Each profile with the v1 policy; the trust profile also as rendered for a 1.35 cluster (v1beta1)."""
+def _every_case(cluster: Cluster, profile: str, version: str | None) -> None:
+    """Every case of the table created as a Pod under the profile's policy as rendered for `version` (None: the
+    cluster's own): each comes out as the transform of the same settings renders it."""
     settings = _apply_profile(cluster, profile, version)
-    rendered = cluster.render_admission(profile_raw(profile), "rendered")
-    expected_api = "admissionregistration.k8s.io/v1beta1" if version else "admissionregistration.k8s.io/v1"
-    if version:
-        raw = {**profile_raw(profile)}
-        raw["cluster"] = {**raw["cluster"], "kubernetesVersion": version}
-        rendered = cluster.render_admission(raw, "rendered")
+    version = version or cluster.settings_version
+    rendered = cluster.render_admission(_raw_for(profile, version), "rendered")
+    expected_api = admission_api_version(settings)
     assert [d["apiVersion"] for d in yaml.safe_load_all(rendered)] == [expected_api, expected_api]
     served = cluster.get(f"mutatingadmissionpolicies.{expected_api.split('/')[1]}.admissionregistration.k8s.io",
                          POLICY_NAME)  # fmt: skip
     assert served["apiVersion"] == expected_api
     compared = untouched = stamped = 0
     for case in cases():
-        pod = case.pod(f"{profile}-{version or 'v1'}-{case.name}")
+        pod = case.pod(f"{profile}-{(version or 'v1').replace('.', '')}-{case.name}")
         pod["metadata"]["labels"] = {"table": "injection"}
         cluster.kubectl("create", "-f", "-", stdin=json.dumps(pod))
         admitted = cluster.get("pod", pod["metadata"]["name"], "-n", case.namespace)
@@ -254,6 +252,38 @@ def test_every_case_of_the_table_comes_out_of_admission_as_the_transform_renders
     # without the proxy-config Secret) and Pods changed: both sides of each rule were exercised.
     assert 3 <= untouched < compared, untouched
     assert stamped >= 10, stamped
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("profile", profiles())
+def test_every_case_of_the_table_comes_out_of_admission_as_the_transform_renders_it(
+    cluster: Cluster, profile: str
+) -> None:
+    """Each profile with the policy rendered for this cluster: v1 on the default version (cluster.kubernetesVersion
+    unset), v1beta1 on 1.35 (cluster.kubernetesVersion '1.35')."""
+    _every_case(cluster, profile, None)
+
+
+@pytest.mark.cluster
+def test_a_policy_rendered_for_the_other_api_version_is_served_on_newer_clusters_and_refused_on_1_35(
+    cluster: Cluster,
+) -> None:
+    """What the other side's rendering does here. On the default version: the trust profile rendered for 1.35
+    (v1beta1), which a cluster upgraded since the stack's last update holds, is served and works, case by case. On
+    1.35: the rendering for 1.36 and later (v1, what settings without cluster.kubernetesVersion give) is refused by
+    the API server, which is why the stack program reads the version from the API server when the settings leave it
+    unset."""
+    if cluster.settings_version is None:
+        _every_case(cluster, "trust", "1.35")
+        return
+    raw = profile_raw("trust")
+    assert admission_api_version(parse_settings(raw)) == "admissionregistration.k8s.io/v1"
+    refused = cluster.kubectl("apply", "-f", "-", stdin=cluster.render_admission(raw, "trust-unset"), check=False)
+    assert refused.returncode != 0, refused.stdout
+    assert 'no matches for kind "MutatingAdmissionPolicy" in version "admissionregistration.k8s.io/v1"' in (
+        refused.stderr
+    ), refused.stderr
+    assert cluster.kubectl("get", "mutatingadmissionpolicies.v1.admissionregistration.k8s.io", check=False).returncode
 
 
 @pytest.mark.cluster
@@ -363,6 +393,38 @@ def test_pods_of_a_deployment_and_a_job_made_by_the_real_controllers_get_what_th
     _delete_pods(cluster)
 
 
+@pytest.mark.cluster
+def test_the_whole_rendering_for_the_api_servers_own_version_is_accepted_by_it(cluster: Cluster) -> None:
+    """`cluster.kubernetesVersion` set to the API server's own `major.minor`, as the stack program sets it when the
+    settings leave it unset: every object `render` gives (the proxy's DaemonSet and Service, proxy-config,
+    proxy-trust, the admission policy and binding) passes a server-side dry run with kubectl's strict field
+    validation, and the server keeps the Service's `trafficDistribution: PreferSameNode` (rendered from 1.35 on)."""
+    served = json.loads(cluster.kubectl("version", "-o", "json").stdout)["serverVersion"]
+    version = f"{served['major']}.{served['minor'].rstrip('+')}"
+    assert cluster.settings_version in (None, version), (cluster.settings_version, version)
+    raw = _raw_for("trust", version)
+    raw["injection"] = {**raw.get("injection", {}), "admission": True}
+    path = cluster.workdir / f"whole-{version}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    result = subprocess.run([sys.executable, "-m", "proxy_component.cli", "render", str(path)], capture_output=True,
+                            text=True, timeout=120, cwd=ROOT)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rendered = [d for d in yaml.safe_load_all(result.stdout) if d]
+    kinds = {d["kind"] for d in rendered}
+    assert {"DaemonSet", "Service", "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"} <= kinds, kinds
+    # Server-side: the trust bundle is larger than client-side apply's last-applied annotation allows; forcing the
+    # fields the earlier tests' client-side applies own (a dry run: nothing changes).
+    out = cluster.kubectl("apply", "--server-side", "--force-conflicts", "--dry-run=server", "-o", "json", "-f", "-",
+                          stdin=result.stdout)  # fmt: skip
+    items = json.loads(out.stdout)
+    accepted = items.get("items", [items])
+    assert len(accepted) == len(rendered), [(d["kind"], d["metadata"]["name"]) for d in accepted]
+    service = next(d for d in accepted if d["kind"] == "Service")
+    assert service["spec"].get("trafficDistribution") == "PreferSameNode", service["spec"]
+    policy = next(d for d in accepted if d["kind"] == "MutatingAdmissionPolicy")
+    assert policy["apiVersion"] == admission_api_version(parse_settings(raw)), policy["apiVersion"]
+
+
 PROBE_POLICY = "pc-paramkind-probe"
 
 
@@ -389,7 +451,7 @@ def test_the_api_servers_paramkind_defect_the_policy_is_built_without_is_real_an
     still gives every Pod what the transform gives it. Last in this module: the defect lasts as long as the API
     server's process."""
     settings = _apply_profile(cluster, "runtimes")
-    api = "admissionregistration.k8s.io/v1"
+    api = admission_api_version(settings)  # v1beta1 on 1.35
     select = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "other"}}}
     policy = {
         "apiVersion": api, "kind": "MutatingAdmissionPolicy", "metadata": {"name": PROBE_POLICY},

@@ -30,8 +30,10 @@ KINDS = ("MutatingPolicy", "ClusterPolicy")
 FIELDS = ("initContainers", "containers")
 
 
-def kyverno_settings(profile: str, kind: str) -> Settings:
+def kyverno_settings(profile: str, kind: str, kubernetes_version: str | None = None) -> Settings:
     raw = profile_raw(profile)
+    if kubernetes_version is not None:
+        raw["cluster"] = {**raw["cluster"], "kubernetesVersion": kubernetes_version}
     injection = raw.setdefault("injection", {})
     injection.update({"kyverno": True, "kyvernoPolicy": kind})
     excluded = set(injection.get("excludeNamespaces", ["kube-system"]))

@@ -14,6 +14,9 @@ table (tests/fixtures/injection-cases.yaml) created with kubectl, exactly as the
 mounts in order), and the ephemeral containers `kubectl debug` adds (the branch the Kyverno CLI cannot reach); the
 GeneratingPolicies, run by the background controller, clone `proxy-config` and `proxy-trust` into namespaces that
 exist (`generateExisting`) and into a new one, and keep the clones in step with the source (`synchronize`).
+
+Twice: on the default version, and on the oldest supported one (tests/kwok_cluster.py OLDEST, 1.35, `pytest -m
+oldest`), the policies rendered for that cluster (`cluster.kubernetesVersion: "1.35"` there).
 """
 
 from __future__ import annotations
@@ -52,8 +55,8 @@ from tests.injection_cases import (
     stamp,
     transformed,
 )
+from tests.kwok_cluster import VERSIONS, kwok_cluster, minor, settings_version
 
-from .conftest import ROOT
 from .test_kyverno_cli import kyverno_settings
 
 pytestmark = pytest.mark.cluster
@@ -109,10 +112,11 @@ class Controller:
 
 
 class KyvernoCluster:
-    def __init__(self, kubeconfig: Path, workdir: Path, port: int) -> None:
+    def __init__(self, kubeconfig: Path, workdir: Path, port: int, version: str | None) -> None:
         self.kubeconfig = kubeconfig
         self.workdir = workdir
         self.port = port
+        self.settings_version = settings_version(version)  # cluster.kubernetesVersion: unset, or '1.35' on OLDEST
         self.controllers: list[Controller] = []
 
     def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -199,17 +203,24 @@ def _listening(pid: int) -> list[str]:
     return [line.split()[3] for line in out.splitlines() if f"pid={pid}," in line]
 
 
-@pytest.fixture(scope="module")
-def live(kyverno_controllers: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[KyvernoCluster]:
+@pytest.fixture(scope="module", params=VERSIONS)
+def live(
+    request: pytest.FixtureRequest, kyverno_controllers: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[KyvernoCluster]:
+    version: str | None = request.param
     admission, background = kyverno_controllers
     crds = admission.parent / "crds"
     workdir = tmp_path_factory.mktemp("kyverno-controllers")
-    env = {**os.environ, "PROXY_COMPONENT_CLUSTER": f"pc-kyverno-{os.getpid()}", "KWOK_WORKDIR": str(workdir / "kwok")}
-    up = subprocess.run(["bash", str(ROOT / "scripts/cluster"), "up", "1"], capture_output=True, text=True, env=env,
-                        timeout=3000)  # fmt: skip
-    if up.returncode != 0:
-        pytest.fail(f"scripts/cluster up failed: {up.stderr}")
-    cluster = KyvernoCluster(Path(up.stdout.strip().splitlines()[-1]), workdir, _free_port())
+    name = "pc-kyverno" if version is None else f"pc-kyverno-{minor(version)}"
+    with kwok_cluster(workdir, name, 1, version=version) as kubeconfig:
+        cluster = KyvernoCluster(kubeconfig, workdir, _free_port(), version)
+        yield from _controllers(cluster, admission, background, crds)
+    for controller in cluster.controllers:  # stopped by SIGTERM, not killed
+        assert controller.process.returncode == 0, f"{controller.name}: {controller.process.returncode}"
+
+
+def _controllers(cluster: KyvernoCluster, admission: Path, background: Path, crds: Path) -> Iterator[KyvernoCluster]:
+    """Kyverno's CRDs, its ConfigMap and its two controllers on the cluster, stopped when the module is done."""
     try:
         started = time.monotonic()
         for namespace in [NAMESPACE, *namespaces()]:
@@ -246,9 +257,6 @@ def live(kyverno_controllers: tuple[Path, Path], tmp_path_factory: pytest.TempPa
     finally:
         for controller in cluster.controllers:
             controller.stop()
-        subprocess.run(["bash", str(ROOT / "scripts/cluster"), "down"], env=env, capture_output=True, timeout=300)
-    for controller in cluster.controllers:  # stopped by SIGTERM, not killed
-        assert controller.process.returncode == 0, f"{controller.name}: {controller.process.returncode}"
 
 
 def _probe_pod() -> Obj:
@@ -298,7 +306,7 @@ def _delete_pods(live: KyvernoCluster) -> None:
 def test_kyvernos_admission_controller_gives_every_pod_of_the_table_what_the_transform_gives(
     live: KyvernoCluster, profile: str
 ) -> None:
-    settings = kyverno_settings(profile, "MutatingPolicy")
+    settings = kyverno_settings(profile, "MutatingPolicy", live.settings_version)
     _apply_mutating_policy(live, settings)
     untouched = 0
     for case in cases():
@@ -322,7 +330,7 @@ def test_kyvernos_admission_controller_gives_ephemeral_containers_what_the_trans
     """`kubectl debug`'s way, one UPDATE of `pods/ephemeralcontainers` per container: the MutatingPolicy's
     subresource branch, which the Kyverno CLI cannot reach, run by Kyverno itself; the ones added before stay as
     they were."""
-    settings = kyverno_settings(profile, "MutatingPolicy")
+    settings = kyverno_settings(profile, "MutatingPolicy", live.settings_version)
     _apply_mutating_policy(live, settings)
     by_name = {case.name: case for case in cases()}
     changed = untouched = 0
@@ -373,7 +381,7 @@ def test_kyvernos_background_controller_clones_the_source_into_every_namespace_a
     after it (the admission controller's webhook hands it to the background controller), the change of the source
     carried to every clone (`synchronize`); never into an excluded namespace nor one where the component manages the
     object itself."""
-    settings = kyverno_settings(profile, "MutatingPolicy")
+    settings = kyverno_settings(profile, "MutatingPolicy", live.settings_version)
     home = settings.deployment.namespace
     values = plain_values(settings)
     origin = (
