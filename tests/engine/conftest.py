@@ -11,6 +11,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -20,6 +21,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from proxy_component.render.plan import OWNER_ANNOTATION
 
 ROOT = Path(__file__).resolve().parents[2]
 CONSTRAINTS = ROOT / "constraints/engine.txt"
@@ -208,14 +211,21 @@ def as_written(obj: dict[str, Any]) -> dict[str, Any]:
     return obj
 
 
+OWNER = re.compile(r"^[^/\s]+/[^/\s]+/[^/\s]+$")  # proxy-component.io/owner: org/project/stack
+
+
 def read_rendered(directory: Path) -> dict[tuple[str, str, str], dict[str, Any]]:
-    """Every object pulumi-kubernetes' renderYamlToDirectory wrote, keyed by (kind, namespace, name)."""
+    """Every object pulumi-kubernetes' renderYamlToDirectory wrote, keyed by (kind, namespace, name), each checked to
+    carry the owner annotation the component adds (`org/project/stack`) and returned without it: `render`, which has
+    no stack, writes none, and the programs of each language name their own stacks."""
     objects: dict[tuple[str, str, str], dict[str, Any]] = {}
     for path in sorted(directory.rglob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             if doc:
                 key = (doc["kind"], doc["metadata"].get("namespace", ""), doc["metadata"]["name"])
                 assert key not in objects, f"{key} rendered twice"
+                annotations = doc["metadata"].get("annotations") or {}
+                assert OWNER.match(str(annotations.pop(OWNER_ANNOTATION, ""))), (key, annotations)
                 objects[key] = doc
     return objects
 
