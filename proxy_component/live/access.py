@@ -24,7 +24,7 @@ from .cluster import (
     DAEMON_SET,
     EVICTIONS,
     JOBS,
-    KYVERNO_DEPLOYMENTS,
+    KYVERNO_DEPLOYMENT,
     LEGACY_POLICY,
     NAMESPACES,
     NODES,
@@ -45,7 +45,7 @@ from .cluster import (
     Api,
     Obj,
 )
-from .kyverno import KYVERNO_NAMESPACE
+from .kyverno import KYVERNO_DEPLOYMENT as KYVERNO_DEPLOYMENT_NAME
 
 CHECK_NAME = "proxy-component-check"  # the ServiceAccount, roles and bindings of `render --format check-rbac`
 ROLLOUT_NAME = "proxy-component-rollout"  # those of `render --format rollout-rbac`
@@ -91,7 +91,8 @@ def accesses(settings: Settings, probe: bool = False) -> list[Access]:
     out += [Access(api, ns) for ns in workload_namespaces(settings) for _, api in workload_apis(settings)]
     out += stale_accesses(settings)
     if settings.injection.kyverno:
-        out += [Access(KYVERNO_DEPLOYMENTS, KYVERNO_NAMESPACE), Access(LEGACY_POLICY, None, POLICY_NAME)]
+        # By name, cluster-wide (a ClusterRole): Kyverno's namespace need not exist when the role is applied.
+        out += [Access(KYVERNO_DEPLOYMENT, None, KYVERNO_DEPLOYMENT_NAME), Access(LEGACY_POLICY, None, POLICY_NAME)]
     if probe and d.enabled:
         out += [Access(api, PROBE_NAMESPACE) for api in (PROBE_CREATE, PODS, POD_LOGS)]
         out += [Access(POD_LOGS, d.namespace), Access(PROBE_DELETE, PROBE_NAMESPACE)]

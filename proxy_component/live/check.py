@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import functools
 import ipaddress
+import json
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
@@ -51,7 +52,7 @@ from .access import KUBERNETES_SERVICE, workload_apis, workload_namespaces
 from .cluster import (
     CONFIG_MAPS,
     DAEMON_SET,
-    KYVERNO_DEPLOYMENTS,
+    KYVERNO_DEPLOYMENT,
     LEGACY_POLICY,
     NAMESPACES,
     NODES,
@@ -65,7 +66,8 @@ from .cluster import (
     Obj,
     explain,
 )
-from .kyverno import KYVERNO_NAMESPACE, KYVERNO_SELECTOR, LEGACY_ENDS, legacy_policy_message, version_from_deployments
+from .kyverno import KYVERNO_DEPLOYMENT as KYVERNO_DEPLOYMENT_NAME
+from .kyverno import KYVERNO_NAMESPACE, LEGACY_ENDS, legacy_policy_message, version_from_deployments
 from .stale import JudgedPods, content_time, judge_pods
 
 POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
@@ -223,15 +225,15 @@ def _kyverno_legacy(settings: Settings, cluster: Cluster) -> Iterator[Finding]:
     if not settings.injection.kyverno:
         return
     try:
-        deployments = list(
-            cluster.list_json(Access(KYVERNO_DEPLOYMENTS, KYVERNO_NAMESPACE), label_selector=KYVERNO_SELECTOR)
-        )
+        response = cluster.request(
+            Access(KYVERNO_DEPLOYMENT, None, KYVERNO_DEPLOYMENT_NAME), KYVERNO_DEPLOYMENT_NAME, KYVERNO_NAMESPACE,
+            _preload_content=False,
+        )  # fmt: skip
+        deployments = [json.loads(response.data)]
     except Exception as exc:
-        if getattr(exc, "status", None) in (403, 404):
+        if getattr(exc, "status", None) in (403, 404):  # Kyverno elsewhere, or not readable: nothing is said
             return
         raise
-    for deployment in deployments:
-        deployment.setdefault("metadata", {}).setdefault("namespace", KYVERNO_NAMESPACE)
     found = version_from_deployments(deployments)
     if found is None or found[0][:2] < LEGACY_ENDS:
         return

@@ -99,7 +99,7 @@ EVICTIONS = Api("", "pods/eviction", "core", "create_namespaced_pod_eviction")
 PDBS = Api("policy", "poddisruptionbudgets", "policy", "list_namespaced_pod_disruption_budget")
 # With Kyverno injection: Kyverno's admission controller (its version, from the image) and the legacy ClusterPolicy
 # this project rendered (live/kyverno.py).
-KYVERNO_DEPLOYMENTS = Api("apps", "deployments", "apps", "list_namespaced_deployment")
+KYVERNO_DEPLOYMENT = Api("apps", "deployments", "apps", "read_namespaced_deployment")
 LEGACY_POLICY = Api("kyverno.io", "clusterpolicies", "custom", "get_cluster_custom_object")
 CAPI_CLUSTERS = Api("cluster.x-k8s.io", "clusters", "custom", "get_namespaced_custom_object")
 CAPI_MACHINE_DEPLOYMENTS = Api("cluster.x-k8s.io", "machinedeployments", "custom", "list_namespaced_custom_object")

@@ -4,9 +4,10 @@ Kyverno 1.20 ends legacy policy execution (kyverno/kyverno #17701, #17708): a `C
 more, and Kyverno's webhook denies every create or update of one, an unchanged re-apply included; 1.21 stops
 shipping the legacy CRDs (#17718). So `injection.kyvernoPolicy: ClusterPolicy` injects nothing from 1.20 on.
 
-The version is the tag of the admission controller's image: the Deployment the Helm chart makes in Kyverno's
-namespace (`kyverno` as its docs install it), labelled `app.kubernetes.io/component: admission-controller`, whose
-container `kyverno` runs `<registry>/kyverno/kyverno:<appVersion>`. A digest-pinned image keeps its tag
+The version is the tag of the admission controller's image: the Deployment `kyverno-admission-controller` that the
+Helm chart makes in Kyverno's namespace (`kyverno`, release `kyverno`, as Kyverno's docs install it), whose container
+`kyverno` runs `<registry>/kyverno/kyverno:<appVersion>`. It is read by name, so `check`'s role grants a `get` of
+that one name (a ClusterRole: no Role in a namespace that may not exist). A digest-pinned image keeps its tag
 (`...:v1.20.0@sha256:...`); an image without a readable tag, or no such Deployment, leaves the version unknown and
 nothing is said.
 """
@@ -18,8 +19,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 __all__ = [
+    "KYVERNO_DEPLOYMENT",
     "KYVERNO_NAMESPACE",
-    "KYVERNO_SELECTOR",
     "LEGACY_ENDS",
     "kyverno_version",
     "legacy_policy_message",
@@ -27,7 +28,7 @@ __all__ = [
 ]
 
 KYVERNO_NAMESPACE = "kyverno"
-KYVERNO_SELECTOR = "app.kubernetes.io/component=admission-controller"
+KYVERNO_DEPLOYMENT = "kyverno-admission-controller"
 LEGACY_ENDS = (1, 20)  # the first release that no longer runs ClusterPolicy
 _TAG = re.compile(r":v?(\d+)\.(\d+)\.(\d+)(?:[-+][0-9A-Za-z.-]*)?(?:@sha256:[0-9a-f]+)?$")
 
@@ -53,20 +54,18 @@ def version_from_deployments(deployments: Iterable[Mapping[str, Any]]) -> tuple[
 def kyverno_version(api: Any) -> tuple[tuple[int, int, int], str] | None:
     """The cluster's Kyverno version from its admission controller's Deployment (the stack program's read, with
     the official client); None when it cannot be read or there is none."""
+    import json
+
     from kubernetes import client
 
     try:
-        response: Any = client.AppsV1Api(api).list_namespaced_deployment(
-            KYVERNO_NAMESPACE, label_selector=KYVERNO_SELECTOR, _request_timeout=10, _preload_content=False
+        response: Any = client.AppsV1Api(api).read_namespaced_deployment(
+            KYVERNO_DEPLOYMENT, KYVERNO_NAMESPACE, _request_timeout=10, _preload_content=False
         )
-        import json
-
-        items = json.loads(response.data).get("items") or []
-    except Exception:  # forbidden, unreachable: nothing is said
+        deployment = json.loads(response.data)
+    except Exception:  # none (404), forbidden, unreachable: nothing is said
         return None
-    for item in items:
-        item.setdefault("metadata", {}).setdefault("namespace", KYVERNO_NAMESPACE)
-    return version_from_deployments(items)
+    return version_from_deployments([deployment]) if isinstance(deployment, dict) else None
 
 
 def legacy_policy_message(version: tuple[int, int, int], where: str) -> str:

@@ -216,8 +216,9 @@ OWNER = re.compile(r"^[^/\s]+/[^/\s]+/[^/\s]+$")  # proxy-component.io/owner: or
 
 def read_rendered(directory: Path) -> dict[tuple[str, str, str], dict[str, Any]]:
     """Every object pulumi-kubernetes' renderYamlToDirectory wrote, keyed by (kind, namespace, name), each checked to
-    carry the owner annotation the component adds (`org/project/stack`) and returned without it: `render`, which has
-    no stack, writes none, and the programs of each language name their own stacks."""
+        carry the owner annotation the component adds (`org/project/stack`; the program's own objects, a `web` Deployment,
+    carry none) and returned without it: `render`, which has
+        no stack, writes none, and the programs of each language name their own stacks."""
     objects: dict[tuple[str, str, str], dict[str, Any]] = {}
     for path in sorted(directory.rglob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
@@ -225,7 +226,9 @@ def read_rendered(directory: Path) -> dict[tuple[str, str, str], dict[str, Any]]
                 key = (doc["kind"], doc["metadata"].get("namespace", ""), doc["metadata"]["name"])
                 assert key not in objects, f"{key} rendered twice"
                 annotations = doc["metadata"].get("annotations") or {}
-                assert OWNER.match(str(annotations.pop(OWNER_ANNOTATION, ""))), (key, annotations)
+                labels = doc["metadata"].get("labels") or {}
+                if labels.get("app.kubernetes.io/part-of") == "proxy-component":  # the component's, not the program's
+                    assert OWNER.match(str(annotations.pop(OWNER_ANNOTATION, ""))), (key, annotations)
                 objects[key] = doc
     return objects
 

@@ -188,27 +188,27 @@ PASSWORD = "Ad0pt-S3cret-9140"
 
 
 def test_adopting_secrets_says_nothing_of_their_values(project_factory: Any, cluster: Cluster) -> None:
-    """With upstream credentials the config and `proxy-config` are Secrets: a runbook's Secret made with kubectl,
-    holding the password, is imported and its fields named, and the password is in no line of the preview or `up`
-    (nor in the state outside the Secret's ciphertext)."""
-    cluster.kubectl("create", "secret", "generic", "proxy-config", "-n", "default",
-                    f"--from-literal=HTTPS_PROXY=http://user:{PASSWORD}@http-proxy.kube-system:8888",
+    """With upstream credentials the proxy's config is a Secret: one made beforehand with kubectl, holding the
+    password, is imported and its fields named, and the password is in no line of the preview or `up` (nor in the
+    state outside the Secret's ciphertext)."""
+    cluster.kubectl("create", "secret", "generic", "http-proxy-config", "-n", "kube-system",
+                    f"--from-literal=tinyproxy.conf=Upstream http user:{PASSWORD}@192.0.2.10:3128",
                     "--from-literal=OLD_KEY=kept-by-kubectl")  # fmt: skip
     project = stack(project_factory, cluster, "creds")
     project.config(f"{NS}:proxy", {"upstream": {"url": "http://192.0.2.10:3128", "username": "user"}})
     project.run("config", "set", "--secret", "--path", f"{NS}:proxy.upstream.password", PASSWORD)
     refused = project.run("preview", check=False)
-    assert refused.returncode != 0
-    assert "Secret default/proxy-config: already exists in the cluster" in refused.stdout + refused.stderr
+    assert refused.returncode != 0, refused.stdout
+    assert "Secret kube-system/http-proxy-config: already exists in the cluster" in refused.stdout + refused.stderr
     project.config(f"{NS}:adoptExisting", True)
     shown = project.run("preview", "--diff")
     up = project.run("up", "--yes", "--skip-preview")
     for output in (refused, shown, up):
         assert PASSWORD not in output.stdout + output.stderr
     assert PASSWORD not in json.dumps(project.export())
-    assert "Secret default/proxy-config: imported (made by kubectl-create)" in shown.stderr, shown.stderr
+    assert "Secret kube-system/http-proxy-config: imported (made by kubectl-create)" in shown.stderr, shown.stderr
     assert "removes what kubectl set that the plan does not: data.OLD_KEY" in shown.stderr, shown.stderr
-    secret = cluster.get("secret", "proxy-config", "-n", "default")
+    secret = cluster.get("secret", "http-proxy-config", "-n", "kube-system")
     assert "OLD_KEY" not in secret["data"]
-    assert "HTTPS_PROXY" in secret["data"]
+    assert "tinyproxy.conf" in secret["data"]
     project.run("destroy", "--yes", "--skip-preview")

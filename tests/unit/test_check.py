@@ -74,7 +74,12 @@ def test_the_rendered_roles_grant_exactly_what_check_may_request(case: str) -> N
         assert (
             namespace is not None
             or resource in ("nodes", "servicecidrs")
-            or (resource, name) in (("namespaces", "kube-system"), ("clusterpolicies", "proxy-component-inject-env"))
+            or (resource, name)
+            in (
+                ("namespaces", "kube-system"),
+                ("clusterpolicies", "proxy-component-inject-env"),
+                ("deployments", "kyverno-admission-controller"),
+            )
         ), "nothing else cluster-wide"
         # The one unnamed get: the proxy pods' logs (their names are the DaemonSet's, not known in advance), in the
         # proxy's own namespace only, for which config each node's proxy runs (issue 35).
@@ -97,7 +102,14 @@ def test_with_credentials_and_kyverno_secrets_are_read_by_name_and_pods_listed()
             {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
             {"apiGroups": ["networking.k8s.io"], "resources": ["servicecidrs"], "verbs": ["list"]},
             {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get"], "resourceNames": ["kube-system"]},
-            # Kyverno 1.20 no longer runs it (live/kyverno.py): read by name only.
+            # Kyverno's admission controller (its image tag is Kyverno's version) and the legacy policy, which
+            # Kyverno 1.20 no longer runs (live/kyverno.py): by name only.
+            {
+                "apiGroups": ["apps"],
+                "resources": ["deployments"],
+                "verbs": ["get"],
+                "resourceNames": ["kyverno-admission-controller"],
+            },
             {
                 "apiGroups": ["kyverno.io"],
                 "resources": ["clusterpolicies"],
@@ -122,8 +134,6 @@ def test_with_credentials_and_kyverno_secrets_are_read_by_name_and_pods_listed()
             {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
             secret,
         ],
-        # Kyverno's admission controller: its image says its version (live/kyverno.py).
-        ("Role", "kyverno"): [{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["list"]}],
         ("Role", "team-a"): [secret, {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}, *owners],
     }
 

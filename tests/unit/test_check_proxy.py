@@ -205,8 +205,8 @@ def _guide_formula() -> list[int]:
     pattern = (
         r"It makes (\d+) requests \(a third where ServiceCIDRs cannot be listed\), (\d+) more for the in-cluster "
         r"proxy \(.*?\), (\d+) `get` per namespace with a `proxy-config`, (\d+) per namespace with a `proxy-trust`, "
-        r"(\d+) discovery request per API group version of the injection \(.*?\), (\d+) list of Kyverno's admission "
-        r"controllers with `injection.kyverno` \(.*?\) and (\d+) lists per judged "
+        r"(\d+) discovery request per API group version of the injection \(.*?\), (\d+) `get` of Kyverno's admission "
+        r"controller with `injection.kyverno` \(.*?\) and (\d+) lists per judged "
         r"namespace \((\d+) with Kyverno or `injection.admission`\), .*?: (\d+) for the proxy and one namespace, "
         r"(\d+) for two\."
     )

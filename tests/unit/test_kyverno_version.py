@@ -16,7 +16,7 @@ import yaml
 
 from proxy_component.live.access import accesses, rbac_objects
 from proxy_component.live.check import _kyverno_legacy
-from proxy_component.live.cluster import KYVERNO_DEPLOYMENTS, LEGACY_POLICY, Access, Cluster
+from proxy_component.live.cluster import KYVERNO_DEPLOYMENT, LEGACY_POLICY, Access, Cluster
 from proxy_component.live.kyverno import version_from_deployments
 from proxy_component.live.preview import _kyverno_problems
 from proxy_component.render.kyverno import POLICY_NAME
@@ -63,8 +63,8 @@ def _preview_problems(settings: dict[str, Any], image: str | None) -> list[str]:
     items = [with_image(image)] if image else []
 
     def answer(path: str) -> tuple[int, bytes]:
-        if path == "/apis/apps/v1/namespaces/kyverno/deployments":
-            return 200, json.dumps({"kind": "DeploymentList", "items": items, "metadata": {}}).encode()
+        if path == "/apis/apps/v1/namespaces/kyverno/deployments/kyverno-admission-controller" and items:
+            return 200, json.dumps(items[0]).encode()
         return 404, b"{}"
 
     with api_server(answer) as api:
@@ -83,19 +83,21 @@ def test_the_preview_refuses_a_cluster_policy_where_kyverno_no_longer_runs_one()
     assert _preview_problems({"injection": {"kyverno": True}}, "reg.kyverno.io/kyverno/kyverno:v1.21.0") == []
 
 
+class _NotFoundError(Exception):
+    status = 404
+
+
 class _Apps:
     def __init__(self, items: list[dict[str, Any]]) -> None:
         self.items = items
-        self.selectors: list[str] = []
+        self.asked: list[tuple[str, str]] = []
 
-    def list_namespaced_deployment(self, namespace: str, **kwargs: Any) -> Any:
-        self.selectors.append(kwargs.get("label_selector", ""))
-        body = {"items": [i for i in self.items if i["metadata"]["namespace"] == namespace], "metadata": {}}
-        return SimpleNamespace(data=json.dumps(body).encode())
-
-
-class _NotFoundError(Exception):
-    status = 404
+    def read_namespaced_deployment(self, name: str, namespace: str, **kwargs: Any) -> Any:
+        self.asked.append((namespace, name))
+        for item in self.items:
+            if (item["metadata"]["namespace"], item["metadata"]["name"]) == (namespace, name):
+                return SimpleNamespace(data=json.dumps(item).encode())
+        raise _NotFoundError
 
 
 class _Custom:
@@ -132,7 +134,7 @@ def test_check_says_a_legacy_policy_no_longer_enforces(
             "kyverno-legacy-policy", f"ClusterPolicy {POLICY_NAME}", "error",
         )  # fmt: skip
         assert "no longer runs legacy policies" in finding.message
-        assert apps.selectors == ["app.kubernetes.io/component=admission-controller"]
+        assert apps.asked == [("kyverno", "kyverno-admission-controller")]
     # What check asked is what its role grants.
     granted = set(accesses(parse_settings(settings)))
     assert cluster.accessed <= granted, cluster.accessed - granted
@@ -142,5 +144,8 @@ def test_the_check_role_grants_the_kyverno_reads_by_name() -> None:
     rules = [r for o in rbac_objects(parse_settings(LEGACY)) for r in o.get("rules", [])]
     assert {"apiGroups": ["kyverno.io"], "resources": ["clusterpolicies"], "verbs": ["get"],
             "resourceNames": [POLICY_NAME]} in rules  # fmt: skip
-    assert Access(KYVERNO_DEPLOYMENTS, "kyverno") in accesses(parse_settings(LEGACY))
+    assert {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get"],
+            "resourceNames": ["kyverno-admission-controller"]} in rules  # fmt: skip
+    assert Access(KYVERNO_DEPLOYMENT, None, "kyverno-admission-controller") in accesses(parse_settings(LEGACY))
+    assert not [o for o in rbac_objects(parse_settings(LEGACY)) if o["metadata"].get("namespace") == "kyverno"]
     assert Access(LEGACY_POLICY, None, POLICY_NAME) in accesses(parse_settings(LEGACY))
