@@ -214,7 +214,7 @@ def as_written(obj: dict[str, Any]) -> dict[str, Any]:
 OWNER = re.compile(r"^[^/\s]+/[^/\s]+/[^/\s]+$")  # proxy-component.io/owner: org/project/stack
 
 
-def read_rendered(directory: Path) -> dict[tuple[str, str, str], dict[str, Any]]:
+def read_rendered(directory: Path, *, by_stack: bool = True) -> dict[tuple[str, str, str], dict[str, Any]]:
     """Every object pulumi-kubernetes' renderYamlToDirectory wrote, keyed by (kind, namespace, name), each checked to
         carry the owner annotation the component adds (`org/project/stack`; the program's own objects, a `web` Deployment,
     carry none) and returned without it: `render`, which has
@@ -227,7 +227,7 @@ def read_rendered(directory: Path) -> dict[tuple[str, str, str], dict[str, Any]]
                 assert key not in objects, f"{key} rendered twice"
                 annotations = doc["metadata"].get("annotations") or {}
                 labels = doc["metadata"].get("labels") or {}
-                if labels.get("app.kubernetes.io/part-of") == "proxy-component":  # the component's, not the program's
+                if by_stack and labels.get("app.kubernetes.io/part-of") == "proxy-component":  # not the program's
                     assert OWNER.match(str(annotations.pop(OWNER_ANNOTATION, ""))), (key, annotations)
                 objects[key] = doc
     return objects

@@ -81,7 +81,7 @@ def _render(settings: dict[str, Any], tmp_path: Path) -> dict[tuple[str, str, st
     subprocess.run(
         [sys.executable, "-m", "proxy_component.cli", "render", str(path), "-o", str(out)], check=True, cwd=ROOT
     )
-    return {key: as_written(obj) for key, obj in read_rendered(out).items()}
+    return {key: as_written(obj) for key, obj in read_rendered(out, by_stack=False).items()}
 
 
 def test_the_schema_is_the_checked_in_snapshot(project_factory: Any, hosts: Path, plugin: Path) -> None:
