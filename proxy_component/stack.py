@@ -718,7 +718,7 @@ def read_adoption(config: pulumi.Config, settings: Settings, api: Any) -> tuple[
         planned = [p for p in plain_plan(settings, checked=False) if p.cluster == "workload"]
     except SettingsError:
         return None, []
-    existing, _ = read_existing(planned, api)
+    existing = read_existing(planned, api)
     if not existing:
         return None, []
     me = stack_identity()

@@ -181,11 +181,10 @@ class Existing:
         return None
 
 
-def read_existing(planned: list[Planned], api: Any) -> tuple[list[Existing], list[str]]:
-    """The plan's workload objects that exist, and what could not be read (each read a definite answer or a note:
-    an object that cannot be read is left to the engine, which fails on it if it is in the way)."""
+def read_existing(planned: list[Planned], api: Any) -> list[Existing]:
+    """The plan's workload objects that exist. An object that cannot be read (forbidden, unreachable) is left to the
+    engine, which fails on it if it is in the way."""
     found: list[Existing] = []
-    unread: list[str] = []
     for p in planned:
         if p.cluster != "workload":
             continue
@@ -195,14 +194,11 @@ def read_existing(planned: list[Planned], api: Any) -> tuple[list[Existing], lis
         path = object_path(api_version, kind, namespace, name)
         try:
             obj = request(api, "GET", path)
-        except Exception as exc:  # ApiException with its status, or unreachable
-            status = getattr(exc, "status", None)
-            if status != 404:
-                unread.append(f"{kind} {namespace + '/' if namespace else ''}{name} ({status or type(exc).__name__})")
+        except Exception:  # ApiException with its status (404: none), or unreachable
             continue
         if isinstance(obj, Mapping):
             found.append(Existing(kind, api_version, namespace, name, obj))
-    return found, unread
+    return found
 
 
 @dataclass

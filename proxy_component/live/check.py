@@ -67,7 +67,7 @@ from .cluster import (
     explain,
 )
 from .kyverno import KYVERNO_DEPLOYMENT as KYVERNO_DEPLOYMENT_NAME
-from .kyverno import KYVERNO_NAMESPACE, LEGACY_ENDS, legacy_policy_message, version_from_deployments
+from .kyverno import KYVERNO_NAMESPACE, legacy_ended, legacy_policy_message, version_of
 from .stale import JudgedPods, content_time, judge_pods
 
 POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
@@ -229,13 +229,12 @@ def _kyverno_legacy(settings: Settings, cluster: Cluster) -> Iterator[Finding]:
             Access(KYVERNO_DEPLOYMENT, None, KYVERNO_DEPLOYMENT_NAME), KYVERNO_DEPLOYMENT_NAME, KYVERNO_NAMESPACE,
             _preload_content=False,
         )  # fmt: skip
-        deployments = [json.loads(response.data)]
+        found = version_of(json.loads(response.data))
     except Exception as exc:
         if getattr(exc, "status", None) in (403, 404):  # Kyverno elsewhere, or not readable: nothing is said
             return
         raise
-    found = version_from_deployments(deployments)
-    if found is None or found[0][:2] < LEGACY_ENDS:
+    if found is None or not legacy_ended(found):
         return
     try:
         response = cluster.request(

@@ -14,8 +14,9 @@ nothing is said.
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 __all__ = [
@@ -23,8 +24,9 @@ __all__ = [
     "KYVERNO_NAMESPACE",
     "LEGACY_ENDS",
     "kyverno_version",
+    "legacy_ended",
     "legacy_policy_message",
-    "version_from_deployments",
+    "version_of",
 ]
 
 KYVERNO_NAMESPACE = "kyverno"
@@ -33,29 +35,32 @@ LEGACY_ENDS = (1, 20)  # the first release that no longer runs ClusterPolicy
 _TAG = re.compile(r":v?(\d+)\.(\d+)\.(\d+)(?:[-+][0-9A-Za-z.-]*)?(?:@sha256:[0-9a-f]+)?$")
 
 
-def version_from_deployments(deployments: Iterable[Mapping[str, Any]]) -> tuple[tuple[int, int, int], str] | None:
-    """The Kyverno version and which Deployment said so (`namespace/name`), from the admission controller's
-    Deployments as the API server lists them; None when none runs a tagged `kyverno/kyverno` image."""
-    for deployment in deployments:
-        metadata = deployment.get("metadata") or {}
-        containers = ((deployment.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or []
-        for container in containers:
-            image = str(container.get("image", ""))
-            repository = image.split("@", 1)[0].rsplit(":", 1)[0]
-            if not repository.endswith("kyverno/kyverno"):
-                continue
-            match = _TAG.search(image)
-            if match:
-                version = (int(match.group(1)), int(match.group(2)), int(match.group(3)))
-                return version, f"{metadata.get('namespace')}/{metadata.get('name')}"
+Found = tuple[tuple[int, int, int], str]  # the version, and the Deployment that said so (`namespace/name`)
+
+
+def version_of(deployment: Mapping[str, Any]) -> Found | None:
+    """The Kyverno version of the admission controller's Deployment as the API server returns it; None when it runs
+    no tagged `kyverno/kyverno` image."""
+    metadata = deployment.get("metadata") or {}
+    containers = ((deployment.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or []
+    for container in containers:
+        image = str(container.get("image", ""))
+        repository = image.split("@", 1)[0].rsplit(":", 1)[0]
+        match = _TAG.search(image) if repository.endswith("kyverno/kyverno") else None
+        if match:
+            version = (int(match.group(1)), int(match.group(2)), int(match.group(3)))
+            return version, f"{metadata.get('namespace')}/{metadata.get('name')}"
     return None
 
 
-def kyverno_version(api: Any) -> tuple[tuple[int, int, int], str] | None:
+def legacy_ended(found: Found | None) -> bool:
+    """That Kyverno no longer runs legacy policies (1.20 or later)."""
+    return found is not None and found[0][:2] >= LEGACY_ENDS
+
+
+def kyverno_version(api: Any) -> Found | None:
     """The cluster's Kyverno version from its admission controller's Deployment (the stack program's read, with
     the official client); None when it cannot be read or there is none."""
-    import json
-
     from kubernetes import client
 
     try:
@@ -65,7 +70,7 @@ def kyverno_version(api: Any) -> tuple[tuple[int, int, int], str] | None:
         deployment = json.loads(response.data)
     except Exception:  # none (404), forbidden, unreachable: nothing is said
         return None
-    return version_from_deployments([deployment]) if isinstance(deployment, dict) else None
+    return version_of(deployment) if isinstance(deployment, dict) else None
 
 
 def legacy_policy_message(version: tuple[int, int, int], where: str) -> str:

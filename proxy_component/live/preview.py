@@ -21,7 +21,7 @@ from typing import Any
 
 from ..render import plain_plan
 from ..settings import Settings
-from .kyverno import LEGACY_ENDS, kyverno_version, legacy_policy_message
+from .kyverno import kyverno_version, legacy_ended, legacy_policy_message
 
 __all__ = ["API_SETTINGS", "cluster_problems", "context_problems", "corefile_zones", "live_kubernetes_version"]
 
@@ -66,7 +66,7 @@ def _kyverno_problems(settings: Settings, api: Any) -> list[str]:
     if not (injection.kyverno and injection.kyverno_policy == "ClusterPolicy"):
         return []
     found = kyverno_version(api)
-    if found is None or found[0][:2] < LEGACY_ENDS:
+    if found is None or not legacy_ended(found):
         return []
     return [f"injection.kyvernoPolicy: 'ClusterPolicy' is Kyverno's legacy policy, and {legacy_policy_message(*found)}"]
 

@@ -17,7 +17,7 @@ import yaml
 from proxy_component.live.access import accesses, rbac_objects
 from proxy_component.live.check import _kyverno_legacy
 from proxy_component.live.cluster import KYVERNO_DEPLOYMENT, LEGACY_POLICY, Access, Cluster
-from proxy_component.live.kyverno import version_from_deployments
+from proxy_component.live.kyverno import version_of
 from proxy_component.live.preview import _kyverno_problems
 from proxy_component.render.kyverno import POLICY_NAME
 from proxy_component.settings import parse_settings
@@ -49,14 +49,14 @@ def with_image(image: str) -> dict[str, Any]:
     ],
 )
 def test_the_version_is_the_admission_controllers_image_tag(image: str, version: tuple[int, int, int] | None) -> None:
-    found = version_from_deployments([with_image(image)])
+    found = version_of(with_image(image))
     assert (found[0] if found else None) == version
     if found:
         assert found[1] == "kyverno/kyverno-admission-controller"
 
 
 def test_the_charts_own_deployment_reads_as_its_version() -> None:
-    assert version_from_deployments([CHART]) == ((1, 20, 0), "kyverno/kyverno-admission-controller")
+    assert version_of(CHART) == ((1, 20, 0), "kyverno/kyverno-admission-controller")
 
 
 def _preview_problems(settings: dict[str, Any], image: str | None) -> list[str]:
