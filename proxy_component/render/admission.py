@@ -248,8 +248,9 @@ def _added(c: str, trust: bool, var: str = TRUST) -> str:
 
 
 def _patches(field: str, trust: bool) -> str:
-    """JSON patches for one container list: each container's whole `env` (its own entries, then the added ones),
-    and the trust mount after its own mounts. Ephemeral containers: only those the request adds (the Pod's others
+    """JSON patches for one container list: each added env entry appended after the container's own (`/env/-`; the
+    container's own entries are never copied into a patch: kube-apiserver 1.37 cannot marshal its typed `EnvVar`s into
+    a patch value), or the whole list where it has none, and the trust mount after its own mounts. Ephemeral containers: only those the request adds (the Pod's others
     are immutable), and the trust group only where the Pod has this `proxy-trust` volume already (a running Pod's
     volumes cannot change)."""
     c = "c"
@@ -260,9 +261,11 @@ def _patches(field: str, trust: bool) -> str:
     if field == EPHEMERAL:
         old = f"oldObject.spec.{field}"
         new = f"!(has({old}) && {old}.exists(o, o.name == {c}.name)) && "
+    added = _added(c, trust, var)
     patches = (
-        f"object.spec.{field}.filter({c}, {new}size({_added(c, trust, var)}) > 0).map({c}, JSONPatch{{op: 'add', "
-        f"path: {path} + '/env', value: dyn({_has(f'{c}.env')} ? {c}.env : []) + {_added(c, trust, var)}}})"
+        f"object.spec.{field}.filter({c}, {new}size({added}) > 0).map({c}, {_has(f'{c}.env')} ? "
+        f"({added}).map(e, JSONPatch{{op: 'add', path: {path} + '/env/-', value: e}}) : "
+        f"[JSONPatch{{op: 'add', path: {path} + '/env', value: {added}}}]).flatten()"
     )
     if trust:
         mount = cel_literal(trust_volume_mount())
