@@ -1,5 +1,6 @@
-"""The Helm lane (pytest -m helm): Helm built by scripts/helm and the real charts of ../shared/charts, unpacked once
-per session. Never skipped: a missing Helm or chart fails the lane with the reason."""
+"""The Helm lane (pytest -m helm): Helm 3 and Helm 4 built by scripts/helm and the real charts of ../shared/charts,
+unpacked once per session. Every test that renders runs once with each Helm (the `helm` fixture's parameter).
+Never skipped: a missing Helm or chart fails the lane with the reason."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helm.lane import HelmBuildError, Lane, build_helm, extract_charts
+from tests.helm.lane import HELM_MAJORS, HelmBuildError, Lane, build_helm, extract_charts
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -17,10 +18,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.helm)
 
 
-@pytest.fixture(scope="session")
-def helm() -> Path:
+@pytest.fixture(scope="session", params=HELM_MAJORS, ids=lambda major: f"helm{major}")
+def helm(request: pytest.FixtureRequest) -> Path:
     try:
-        path = build_helm()
+        path = build_helm(request.param)
     except HelmBuildError as exc:
         pytest.fail(str(exc))
     assert path.is_file(), f"scripts/helm printed {path}, which is not a file"
@@ -28,5 +29,10 @@ def helm() -> Path:
 
 
 @pytest.fixture(scope="session")
-def lane(helm: Path, tmp_path_factory: pytest.TempPathFactory) -> Lane:
-    return Lane(helm, extract_charts(tmp_path_factory.mktemp("charts")))
+def charts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return extract_charts(tmp_path_factory.mktemp("charts"))
+
+
+@pytest.fixture(scope="session")
+def lane(helm: Path, charts: dict[str, Path]) -> Lane:
+    return Lane(helm, charts)

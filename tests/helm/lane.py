@@ -2,8 +2,9 @@
 them, and what each rendered container gets.
 
 The charts are the upstream sources listed in ../shared/charts/README.md (PROXY_COMPONENT_CHARTS overrides the
-directory); Helm is scripts/helm's build of helm.sh/helm/v3. Nothing here is mocked: a chart that refuses the
-values, or a missing Helm, is a failure with Helm's (or scripts/helm's) own message.
+directory); Helm is scripts/helm's builds of helm.sh/helm/v3 and helm.sh/helm/v4: the lane runs under both (users
+have either). Nothing here is mocked: a chart that refuses the values, or a missing Helm, is a failure with Helm's
+(or scripts/helm's) own message.
 """
 
 from __future__ import annotations
@@ -90,11 +91,15 @@ class HelmBuildError(RuntimeError):
     """scripts/helm failed; the message is its own (module, version, go's reason)."""
 
 
-def build_helm() -> Path:
-    """scripts/helm: the helm binary (a warm cache builds nothing)."""
-    result = subprocess.run(["bash", str(ROOT / "scripts/helm")], capture_output=True, text=True, timeout=3600)
+# The Helm majors the lane renders with (scripts/helm 3, scripts/helm 4).
+HELM_MAJORS = ("3", "4")
+
+
+def build_helm(major: str = "3") -> Path:
+    """scripts/helm MAJOR: the helm binary of that major version (a warm cache builds nothing)."""
+    result = subprocess.run(["bash", str(ROOT / "scripts/helm"), major], capture_output=True, text=True, timeout=3600)
     if result.returncode != 0:
-        raise HelmBuildError(f"scripts/helm failed:\n{result.stderr}")
+        raise HelmBuildError(f"scripts/helm {major} failed:\n{result.stderr}")
     return Path(result.stdout.strip().splitlines()[-1])
 
 
