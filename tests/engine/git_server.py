@@ -21,6 +21,7 @@ address: nothing outside that process tree sees the name.
 from __future__ import annotations
 
 import errno
+import gzip
 import os
 import random
 import socket
@@ -49,6 +50,9 @@ class GitServer:
         self.ca_file = ca_file
         self.hosts_file = hosts_file
         self.requests: list[tuple[str, str]] = []
+        # What each git-upload-pack POST asked for: "ls-refs" (protocol v2's listing of the refs, which newer clients
+        # such as go-git v6 send by POST after GET info/refs) or "fetch" (objects: a clone or a pull).
+        self.upload_pack: list[str] = []
 
 
 def cli_wrapper(server: GitServer, cli: Path, bin_dir: Path) -> Path:
@@ -86,6 +90,9 @@ def _handler(root: Path, server: GitServer) -> type[BaseHTTPRequestHandler]:
             url = urlsplit(self.path)
             server.requests.append((self.command, url.path))
             body = _read_body(self) if self.command == "POST" else b""
+            if self.command == "POST" and url.path.endswith("/git-upload-pack"):
+                plain = gzip.decompress(body) if self.headers.get("Content-Encoding") == "gzip" else body
+                server.upload_pack.append("ls-refs" if b"command=ls-refs" in plain else "fetch")
             env = {
                 "PATH": os.environ["PATH"],
                 "GIT_PROJECT_ROOT": str(root),

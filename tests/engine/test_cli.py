@@ -6,6 +6,7 @@ themselves run in test_stack.py, test_examples.py and test_live.py.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -59,8 +60,12 @@ def _copy(project: Path, tmp_path: Path) -> Path:
 
 
 def test_the_cli_is_the_pinned_version(engine: Path) -> None:
+    pinned = re.search(
+        r"^PULUMI_VERSION=\$\{PULUMI_VERSION:-(v[0-9.]+)\}$", (ROOT / "scripts/engine").read_text(), re.M
+    )
+    assert pinned, "scripts/engine: no PULUMI_VERSION default"
     version = subprocess.run([str(engine / "pulumi"), "version"], capture_output=True, text=True, check=True)
-    assert version.stdout.strip() == "v3.259.0"
+    assert version.stdout.strip() == pinned.group(1) == "v3.276.0"
 
 
 # The Python projects; examples/yaml and examples/typescript run in test_languages.py.

@@ -22,6 +22,7 @@ import pulumi
 import pytest
 import yaml
 
+from proxy_component._release import engine_pins
 from proxy_component.render import plain_values
 from proxy_component.render.helm import helm_values, profile_values
 from proxy_component.render.kustomize import kustomization
@@ -312,6 +313,11 @@ def test_a_typescript_program_writes_the_objects_the_python_example_writes(
         _expect_the_same_objects(project, shape)
 
 
+def pulumi_pin() -> str:
+    """The `pulumi` SDK pin of constraints/engine.txt (the examples' Go SDK and @pulumi/pulumi equal it)."""
+    return dict(engine_pins(ROOT))["pulumi"]
+
+
 def test_a_go_program_writes_the_objects_the_python_example_writes(
     project_factory: Any, hosts: Path, plugin: Path, tmp_path: Path
 ) -> None:
@@ -322,7 +328,7 @@ def test_a_go_program_writes_the_objects_the_python_example_writes(
     assert "Added package proxy-component" in added.stdout + added.stderr
     gomod = (project.dir / "go.mod").read_text()
     assert "replace example.com/pulumi-proxy-component/sdk/go => ./sdks/proxy-component" in gomod
-    assert "github.com/pulumi/pulumi/sdk/v3 v3.259.0" in gomod
+    assert f"github.com/pulumi/pulumi/sdk/v3 v{pulumi_pin()}" in gomod  # the example's, kept by package add
     project.init()
     up = project.up()
     assert "panic:" not in up.stdout + up.stderr
