@@ -313,7 +313,7 @@ class ClusterProxy(pulumi.ComponentResource):
             return {
                 "env": [*pod_env(settings, v), *(trust_env_vars() if trust else [])],
                 "volume_mounts": [trust_volume_mount()] if trust else [],
-                "volumes": [trust_volume()] if trust else [],
+                "volumes": [trust_volume(settings)] if trust else [],
             }
 
         return _plain(values).apply(build)
@@ -327,7 +327,7 @@ class ClusterProxy(pulumi.ComponentResource):
         return pulumi.Output.from_input(
             {
                 "env": trust_env_vars(),
-                "volume": trust_volume(),
+                "volume": trust_volume(settings),
                 "volume_mount": trust_volume_mount(),
                 "jdk_java_options": values.java_trust_options or "",
             }

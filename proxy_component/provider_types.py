@@ -285,6 +285,9 @@ class InjectionSettings(TypedDict):
     trust_manager: NotRequired[pulumi.Input[bool]]
     """Create a trust-manager Bundle of its default CAs and proxy.upstream.trustedCa (needs trust-manager)."""
 
+    cluster_trust_bundle: NotRequired[pulumi.Input[bool]]
+    """Also publish proxy.upstream.trustedCa as ClusterTrustBundles (certificates.k8s.io/v1, Kubernetes >= 1.37; signer proxy-component.io/trust), and mount the proxy-trust volume's PEM files from them: the CA is rotated in every pod from one cluster-scoped object. The per-namespace proxy-trust ConfigMaps stay (Java's trust store is in them)."""
+
     transform_env: NotRequired[pulumi.Input[str]]
     """How the stack transform writes each variable: value (literals; a change of the proxy values rewrites, and so restarts, every injected workload at the next update) or reference (valueFrom the namespace's proxy-config; a change updates proxy-config alone, and running pods keep their values until proxy-component rollout or their next restart). A namespace without proxy-config gets values. One of: value, reference."""
 

@@ -44,6 +44,7 @@ from .env import CONFIG_NAME, ENV_NAMES, NO_PROXY_SPELLINGS, URL_NAMES, VALUES_A
 from .runtimes import JDK_JAVA_OPTIONS, NO_PROXY_PYTHON, NODE_USE_ENV_PROXY
 from .trust import (
     BUNDLE_NAME,
+    CTB_SIGNER,
     MOUNT_PATH,
     TRUST_NAMES,
     trust_env_vars,
@@ -277,11 +278,21 @@ def _patches(field: str, trust: bool) -> str:
     return f"(has(object.spec.{field}) ? {patches} : [])"
 
 
-def _volume_patch() -> str:
+def _ours(v: str) -> str:
+    """Volume `v` (named `proxy-trust`) is the trust bundle's: the ConfigMap, or a projection of the project's
+    ClusterTrustBundles (injection.clusterTrustBundle)."""
+    ctb = (
+        f"{_has(f'{v}.projected.sources')} && {v}.projected.sources.exists(s, {_has('s.clusterTrustBundle.signerName')}"
+        f" && s.clusterTrustBundle.signerName == {cel_literal(CTB_SIGNER)})"
+    )
+    return f"(({_has(f'{v}.configMap.name')} && {v}.configMap.name == {cel_literal(BUNDLE_NAME)}) || ({ctb}))"
+
+
+def _volume_patch(settings: Settings) -> str:
     receives = " || ".join(
         f"(has(object.spec.{f}) && object.spec.{f}.exists(c, {_receives_trust('c')}))" for f in FIELDS
     )
-    volume = cel_literal(trust_volume())
+    volume = cel_literal(trust_volume(settings))
     present = f"has(object.spec.volumes) && object.spec.volumes.exists(v, v.name == {cel_literal(BUNDLE_NAME)})"
     return (
         f"(({receives}) && !({present}) ? [has(object.spec.volumes) ? "
@@ -313,7 +324,7 @@ def _stamp_patch() -> str:
 def _trust(settings: Settings, cloned: bool) -> str:
     other = (
         f"has(object.spec.volumes) && object.spec.volumes.exists(v, v.name == {cel_literal(BUNDLE_NAME)} && "
-        f"!({_has('v.configMap.name')} && v.configMap.name == {cel_literal(BUNDLE_NAME)}))"
+        f"!{_ours('v')})"
     )
     if cloned:
         return f"!({other})"
@@ -361,7 +372,7 @@ def pod_mutation(
         java = JAVA_TRUSTED if values.java_trust_options is not None else JDK_JAVA_OPTIONS
         own = (
             f"has(object.spec.volumes) && object.spec.volumes.exists(v, v.name == {cel_literal(BUNDLE_NAME)} && "
-            f"{_has('v.configMap.name')} && v.configMap.name == {cel_literal(BUNDLE_NAME)})"
+            f"{_ours('v')})"
         )
         variables += [
             {"name": "trustedEntries", "expression": _entries(settings, values, java)},
@@ -374,7 +385,7 @@ def pod_mutation(
     create = "\n+ ".join(
         [
             *(_patches(f, trust) for f in FIELDS),
-            *([_volume_patch()] if trust else []),
+            *([_volume_patch(settings)] if trust else []),
             *([_stamp_patch()] if stamp else []),
         ]
     )

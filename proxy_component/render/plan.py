@@ -39,7 +39,7 @@ from .helm import (
     values_yaml,
 )
 from .kyverno import CLONE_CONFIG_NAME, CLONE_TRUST_NAME, cluster_policy, generating_policies, mutating_policy
-from .trust import trust_bundle_object, trust_manager_bundle, trust_namespaces
+from .trust import CTB_LABEL, cluster_trust_bundles, trust_bundle_object, trust_manager_bundle, trust_namespaces
 
 __all__ = [
     "OWNER_ANNOTATION",
@@ -212,6 +212,12 @@ def plan(settings: Settings, inputs: PlanInputs) -> list[Planned]:
     for namespace in trust_namespaces(settings):
         obj = trust_bundle_object(settings, namespace)
         planned.append(Planned(f"proxy-trust/{namespace}", f"-proxy-trust-{namespace}", obj))
+    bundles: tuple[str, ...] = ()
+    if settings.injection.cluster_trust_bundle and settings.trusted_ca is not None:
+        for obj in cluster_trust_bundles(settings):
+            kind = obj["metadata"]["labels"][CTB_LABEL]
+            planned.append(Planned(f"cluster-trust-bundle/{kind}", f"-cluster-trust-bundle-{kind}", obj))
+            bundles += (f"cluster-trust-bundle/{kind}",)
     if settings.injection.kyverno and settings.injection.kyverno_policy == "ClusterPolicy":
         planned.append(Planned("kyverno-policy", "-kyverno-policy", cluster_policy(settings, inputs.values)))
     elif settings.injection.kyverno:
@@ -220,10 +226,15 @@ def plan(settings: Settings, inputs: PlanInputs) -> list[Planned]:
             key = keys[obj["metadata"]["name"]]
             planned.append(Planned(key, f"-{key}", obj))
         mutating = mutating_policy(settings, inputs.values, inputs.text)
-        planned.append(Planned("kyverno-mutating-policy", "-kyverno-mutating-policy", mutating))
+        planned.append(Planned("kyverno-mutating-policy", "-kyverno-mutating-policy", mutating, depends_on=bundles))
     if settings.injection.admission:
         planned += [
-            Planned("admission-policy", "-admission-policy", admission_policy(settings, inputs.values, inputs.text)),
+            Planned(
+                "admission-policy",
+                "-admission-policy",
+                admission_policy(settings, inputs.values, inputs.text),
+                depends_on=bundles,
+            ),
             Planned(
                 "admission-binding",
                 "-admission-binding",

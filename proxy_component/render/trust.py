@@ -37,6 +37,8 @@ from ..settings import Settings, ca_certificates
 __all__ = [
     "BUNDLE_NAME",
     "CORPORATE_KEY",
+    "CTB_LABEL",
+    "CTB_SIGNER",
     "JAVA_TRUST_OPTIONS",
     "MERGED_KEY",
     "MOUNT_PATH",
@@ -49,6 +51,7 @@ __all__ = [
     "bundle",
     "bundle_in",
     "certifi_roots",
+    "cluster_trust_bundles",
     "java_truststore",
     "mount_free",
     "receives_trust",
@@ -74,6 +77,11 @@ MERGED_KEY = "ca-bundle.crt"
 TRUSTSTORE_KEY = "truststore.p12"
 ROOTS_ANNOTATION = "proxy-component.io/public-roots"
 TRUST_MANAGER_BUNDLE = "proxy-component-trust"
+# injection.clusterTrustBundle: the signer of the project's ClusterTrustBundles (their names start with it, `/` as
+# `:`), and the label that tells the corporate CA's bundle from the merged one; a pod projects each by both.
+CTB_SIGNER = "proxy-component.io/trust"
+CTB_LABEL = "proxy-component.io/trust-bundle"
+CTB_BUNDLES = {CORPORATE_KEY: "corporate", MERGED_KEY: "merged"}
 
 # The variables of the trust group, in the order a container gets them.
 TRUST_NAMES = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS")
@@ -245,6 +253,82 @@ def trust_bundle_objects(settings: Settings, roots: PublicRoots | None = None) -
     return [trust_bundle_object(settings, ns, roots) for ns in trust_namespaces(settings)]
 
 
+def _anchor_pem(cert: Any) -> str | None:
+    """`cert` as a PEM trust anchor the API server takes in a ClusterTrustBundle (a CA certificate with valid basic
+    constraints that Go's x509 parses: a positive serial number), None otherwise."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    try:
+        constraints = cert.extensions.get_extension_for_class(x509.BasicConstraints).value
+    except x509.ExtensionNotFound:
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        serial = cert.serial_number
+    if not constraints.ca or serial <= 0:
+        return None
+    pem: str = cert.public_bytes(Encoding.PEM).decode("ascii")
+    return pem
+
+
+def _anchors(*pems: str) -> tuple[str, int]:
+    """The certificates of `pems` the API server takes, each once, in order, and how many it would not."""
+    seen: set[str] = set()
+    out: list[str] = []
+    left = 0
+    for pem in pems:
+        total = len(ca_certificates(pem))
+        certs = _certificates(pem)
+        left += total - len(certs)
+        for cert in certs:
+            anchor = _anchor_pem(cert)
+            if anchor is None:
+                left += 1
+            elif anchor not in seen:
+                seen.add(anchor)
+                out.append(anchor)
+    return "".join(out), left
+
+
+def cluster_trust_bundles(settings: Settings, roots: PublicRoots | None = None) -> list[Obj]:
+    """injection.clusterTrustBundle: the corporate CA and the merged bundle as two cluster-scoped ClusterTrustBundles
+    of the signer `CTB_SIGNER`, one per `CTB_LABEL` value (what `trust_volume` projects). Public roots the API
+    server would refuse (no CA basic constraints, a negative serial number) are left out and counted in the
+    annotation; the ConfigMaps' `ca-bundle.crt` still holds them."""
+    if settings.trusted_ca is None:
+        raise ValueError("proxy.upstream.trustedCa is not set: there is no trust bundle to render")
+    made = bundle(settings.trusted_ca, roots or certifi_roots())
+    corporate, _ = _anchors(made.corporate)
+    public = roots or certifi_roots()
+    kept, left = _anchors(public.pem)
+    merged, _ = _anchors(public.pem, made.corporate)
+    refused = f"; {left} more that the API server refuses left out" if left else ""
+    out = []
+    for key, pem, note in (
+        (CORPORATE_KEY, corporate, None),
+        (MERGED_KEY, merged, f"{made.source} ({len(ca_certificates(kept))} certificates{refused})"),
+    ):
+        kind = CTB_BUNDLES[key]
+        out.append(
+            {
+                "apiVersion": "certificates.k8s.io/v1",
+                "kind": "ClusterTrustBundle",
+                "metadata": {
+                    "name": f"{CTB_SIGNER.replace('/', ':')}:{kind}",
+                    "labels": {
+                        "app.kubernetes.io/part-of": "proxy-component",
+                        "app.kubernetes.io/component": "trust-bundle",
+                        CTB_LABEL: kind,
+                    },
+                    **({"annotations": {ROOTS_ANNOTATION: note}} if note else {}),
+                },
+                "spec": {"signerName": CTB_SIGNER, "trustBundle": pem},
+            }
+        )
+    return out
+
+
 def trust_manager_bundle(settings: Settings) -> Obj:
     """A trust-manager `Bundle` (injection.trustManager): trust-manager's default CAs plus the corporate CA, synced
     to a ConfigMap `proxy-component-trust` in every namespace, with JKS (password "changeit") and PKCS#12 beside."""
@@ -280,9 +364,25 @@ def trust_env_vars() -> list[Obj]:
     return [{"name": name, "value": value} for name, value in trust_env_pairs()]
 
 
-def trust_volume() -> Obj:
-    """The pod volume: `proxy-trust` (a missing ConfigMap keeps the Pod from starting, never runs it without)."""
-    return {"name": BUNDLE_NAME, "configMap": {"name": BUNDLE_NAME}}
+def trust_volume(settings: Settings | None = None) -> Obj:
+    """The pod volume: `proxy-trust` (a missing ConfigMap keeps the Pod from starting, never runs it without). With
+    injection.clusterTrustBundle, a projected volume of the same name and files: the two PEM files from the
+    ClusterTrustBundles of the project's signer (the kubelet rewrites them in running pods when a bundle changes),
+    the JVM's truststore from the ConfigMap."""
+    if settings is None or not settings.injection.cluster_trust_bundle:
+        return {"name": BUNDLE_NAME, "configMap": {"name": BUNDLE_NAME}}
+    sources: list[Obj] = [
+        {
+            "clusterTrustBundle": {
+                "signerName": CTB_SIGNER,
+                "labelSelector": {"matchLabels": {CTB_LABEL: CTB_BUNDLES[key]}},
+                "path": key,
+            }
+        }
+        for key in (CORPORATE_KEY, MERGED_KEY)
+    ]
+    sources.append({"configMap": {"name": BUNDLE_NAME, "items": [{"key": TRUSTSTORE_KEY, "path": TRUSTSTORE_KEY}]}})
+    return {"name": BUNDLE_NAME, "projected": {"sources": sources}}
 
 
 def trust_volume_mount() -> Obj:

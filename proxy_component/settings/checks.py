@@ -10,7 +10,7 @@ from urllib.parse import unquote, urlsplit
 
 from ..noproxy import parse_entry
 from .deployment import DEFAULT_METRICS_PORT
-from .injection import ADMISSION_BETA_MINOR
+from .injection import ADMISSION_BETA_MINOR, CLUSTER_TRUST_BUNDLE_MINOR
 from .model import Settings, _check
 from .names import RESERVED_NAMES
 from .proxy import _inet_aton, redact_url
@@ -237,6 +237,25 @@ def _admission_version(settings: Settings) -> Iterator[str]:
             f"injection.admission: cluster.kubernetesVersion {settings.cluster.kubernetes_version!r} has no "
             "MutatingAdmissionPolicy (expected Kubernetes 1.34 or later: v1beta1 on 1.34 and 1.35 with the "
             "MutatingAdmissionPolicy feature gate and runtime-config, v1 from 1.36; or injection.kyverno instead)"
+        )
+
+
+@_check("injection.cluster_trust_bundle", "cluster.kubernetes_version", "proxy.upstream.trusted_ca")
+def _cluster_trust_bundle(settings: Settings) -> Iterator[str]:
+    if not settings.injection.cluster_trust_bundle:
+        return
+    if settings.trusted_ca is None:
+        yield (
+            "injection.clusterTrustBundle: true needs proxy.upstream.trustedCa, the CA the ClusterTrustBundle would "
+            "publish (set it, or set injection.clusterTrustBundle: false)"
+        )
+    minor = settings.cluster.kubernetes_minor
+    if minor is not None and minor < CLUSTER_TRUST_BUNDLE_MINOR:
+        yield (
+            f"injection.clusterTrustBundle: cluster.kubernetesVersion {settings.cluster.kubernetes_version!r} has no "
+            "ClusterTrustBundle projection on by default (expected Kubernetes 1.37 or later, where "
+            "certificates.k8s.io/v1 ClusterTrustBundle is GA; on older clusters the proxy-trust ConfigMaps alone "
+            "carry the CA: set injection.clusterTrustBundle: false)"
         )
 
 

@@ -18,6 +18,8 @@ TransformEnv = Literal["value", "reference"]
 # The first Kubernetes minor with MutatingAdmissionPolicy as beta (v1beta1, off by default), and the one where it is v1.
 ADMISSION_BETA_MINOR = 34
 ADMISSION_GA_MINOR = 36
+# The first minor where ClusterTrustBundle (certificates.k8s.io/v1) and its projected-volume source are GA, on by default.
+CLUSTER_TRUST_BUNDLE_MINOR = 37
 
 
 class InjectionSettings(_Model):
@@ -42,6 +44,13 @@ class InjectionSettings(_Model):
     trust_manager: bool = Field(
         default=False,
         description="Create a trust-manager Bundle of its default CAs and proxy.upstream.trustedCa (needs trust-manager).",
+    )
+    cluster_trust_bundle: bool = Field(
+        default=False,
+        description="Also publish proxy.upstream.trustedCa as ClusterTrustBundles (certificates.k8s.io/v1, "
+        "Kubernetes >= 1.37; signer proxy-component.io/trust), and mount the proxy-trust volume's PEM files from "
+        "them: the CA is rotated in every pod from one cluster-scoped object. The per-namespace proxy-trust "
+        "ConfigMaps stay (Java's trust store is in them).",
     )
     transform_env: TransformEnv = Field(
         default="value",

@@ -425,6 +425,69 @@ def test_the_whole_rendering_for_the_api_servers_own_version_is_accepted_by_it(c
     assert policy["apiVersion"] == admission_api_version(parse_settings(raw)), policy["apiVersion"]
 
 
+@pytest.mark.cluster
+def test_cluster_trust_bundles_are_served_from_1_37_and_projected_by_the_policy(cluster: Cluster) -> None:
+    """injection.clusterTrustBundle: on 1.37 the two ClusterTrustBundles of the project's signer are created for real
+    (every certificate of the merged one a trust anchor the API server takes), and the admission policy gives a Pod
+    the projected `proxy-trust` volume with them, beside the trust variables and mount; on 1.35 (no
+    ClusterTrustBundle by default) the settings are refused before anything is rendered, naming the version."""
+    raw = _raw_for("trust", cluster.settings_version)
+    raw["injection"] = {**raw.get("injection", {}), "admission": True, "clusterTrustBundle": True}
+    path = cluster.workdir / "ctb.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    result = subprocess.run([sys.executable, "-m", "proxy_component.cli", "render", str(path)], capture_output=True,
+                            text=True, timeout=120, cwd=ROOT)  # fmt: skip
+    if cluster.settings_version is not None:  # the oldest version: 1.35
+        assert result.returncode != 0, result.stdout[:300]
+        assert "injection.clusterTrustBundle: cluster.kubernetesVersion '1.35'" in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr, result.stderr
+        assert cluster.kubectl("api-resources", "--api-group=certificates.k8s.io", "-o", "name").stdout.split() == [
+            "certificatesigningrequests.certificates.k8s.io"
+        ]
+        return
+    assert result.returncode == 0, result.stderr
+    rendered = [d for d in yaml.safe_load_all(result.stdout) if d]
+    bundles = [d for d in rendered if d["kind"] == "ClusterTrustBundle"]
+    assert [b["metadata"]["name"] for b in bundles] == [
+        "proxy-component.io:trust:corporate",
+        "proxy-component.io:trust:merged",
+    ]
+    admission = [d for d in rendered if d["kind"].startswith("MutatingAdmissionPolicy")]
+    try:
+        cluster.kubectl("apply", "--server-side", "-f", "-", stdin=yaml.safe_dump_all(bundles))
+        stored = cluster.get("clustertrustbundles", "-l", "app.kubernetes.io/part-of=proxy-component")["items"]
+        assert {b["metadata"]["name"]: b["spec"]["trustBundle"] for b in stored} == {
+            b["metadata"]["name"]: b["spec"]["trustBundle"] for b in bundles
+        }
+        cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=yaml.safe_dump_all(admission))
+
+        def projected() -> bool:
+            out = cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-",
+                                  stdin=json.dumps(_probe_pod("probe")), check=False)  # fmt: skip
+            if out.returncode != 0:
+                REFUSED[:] = [out.stderr.strip()]
+                return False
+            volumes = json.loads(out.stdout)["spec"].get("volumes") or []
+            return any("projected" in v for v in volumes if v["name"] == "proxy-trust")
+
+        _wait(projected, f"the policy projecting the ClusterTrustBundles ({REFUSED[-1:]})", timeout=90)
+        pod = json.loads(cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-",
+                                         stdin=json.dumps(_probe_pod("probe"))).stdout)  # fmt: skip
+        (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == "proxy-trust"]
+        sources = volume["projected"]["sources"]
+        assert [s["clusterTrustBundle"]["path"] for s in sources[:2]] == ["corporate-ca.crt", "ca-bundle.crt"]
+        assert {s["clusterTrustBundle"]["signerName"] for s in sources[:2]} == {"proxy-component.io/trust"}
+        assert sources[2]["configMap"]["name"] == "proxy-trust"
+        container = pod["spec"]["containers"][0]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["SSL_CERT_FILE"] == "/etc/proxy-component/trust/ca-bundle.crt", env
+        assert {"name": "proxy-trust", "mountPath": "/etc/proxy-component/trust", "readOnly": True} in container[
+            "volumeMounts"
+        ]
+    finally:
+        cluster.kubectl("delete", "--ignore-not-found", "-f", "-", stdin=yaml.safe_dump_all([*admission, *bundles]))
+
+
 PROBE_POLICY = "pc-paramkind-probe"
 
 

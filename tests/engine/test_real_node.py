@@ -37,7 +37,7 @@ import yaml
 
 from proxy_component.dataplane.image import DEFAULT_IMAGE
 from proxy_component.live.access import CHECK_NAME
-from proxy_component.settings import PROBE_NAMESPACE
+from proxy_component.settings import PROBE_NAMESPACE, ca_certificates
 from tests.pki import make_ca, make_leaf
 
 from .conftest import ROOT, Project, changes
@@ -1174,3 +1174,102 @@ def test_a_pod_mutated_by_the_admission_policy_runs_on_the_real_node_and_reaches
     (answer,) = real.fetch("opted-out", "http://origin.example/").values()
     assert answer.startswith("error "), answer
     assert "unreachable" in answer, answer
+
+
+ROTATED = "198.51.100.4"  # a second TLS origin in "the internet", its leaf issued by the CA rotated to
+
+
+def test_a_pod_trusts_the_corporate_ca_through_the_cluster_trust_bundle_before_and_after_a_rotation(
+    real: RealNode, example: Project
+) -> None:
+    """injection.clusterTrustBundle on 1.37 real nodes: each origin's leaf stands for a site as the TLS-inspecting
+    upstream re-signs it, origin.example's by the lane's CA (the corporate CA before), rotated.example's by a new
+    one. A Pod given nothing of its own (not even the origin's CA in /etc/ssl/certs) gets the projected bundle from
+    the admission policy and trusts origin.example and not rotated.example; after `pulumi up` with the new CA, the
+    same Pod, never restarted, trusts rotated.example and no longer origin.example (each fetch is a new process: Go
+    reads SSL_CERT_FILE at its first TLS handshake), and neither the proxy's pods nor the bundles were replaced."""
+    old_ca = (real.workdir / "ca.crt").read_text()
+    new_ca = make_ca("Rotated Corporate CA")
+    leaf = make_leaf(new_ca, "rotated.example")
+    (real.workdir / "rotated.crt").write_text(leaf.cert_pem)
+    (real.workdir / "rotated.key").write_text(leaf.key_pem)
+    run("ip", "-n", real.internet, "addr", "add", f"{ROTATED}/24", "dev", "br0")
+    with real.hosts.open("a") as hosts, (Path("/etc/netns") / real.internet / "hosts").open("a") as upstream_hosts:
+        hosts.write(f"{ROTATED} rotated.example\n")
+        upstream_hosts.write(f"{ROTATED} rotated.example\n")
+    server = subprocess.Popen(
+        ["ip", "netns", "exec", real.internet, str(real.tool), "serve", f"{ROTATED}:443", "rotated-tls",
+         str(real.workdir / "rotated.crt"), str(real.workdir / "rotated.key")],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert server.stdout is not None
+        assert server.stdout.readline().strip() == "ready"
+        _upstream_accepts(real, UPSTREAM_PASSWORD)
+        settings = _settings()
+        upstream = f"http://{UPSTREAM_USER}:{UPSTREAM_PASSWORD}@upstream.example:3128"
+        settings["proxy"]["upstream"] = {"url": upstream, "trustedCa": old_ca}
+        settings["injection"] = {"admission": True, "clusterTrustBundle": True}
+        (example.dir / "proxy.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
+        example.up()
+        pod = _pod("trusting", real.node, real.tool.parent, ["sleep", "86400"], env_from=False)
+        pod["spec"]["volumes"] = [v for v in pod["spec"]["volumes"] if v["name"] == "tools"]
+        (container,) = pod["spec"]["containers"]
+        container["volumeMounts"] = [m for m in container["volumeMounts"] if m["name"] == "tools"]
+
+        def projected() -> bool:  # the API server loads a new policy within moments
+            out = real.kubectl(
+                "create", "--dry-run=server", "-o", "json", "-f", "-", stdin=json.dumps(pod), check=False
+            )
+            volumes = json.loads(out)["spec"].get("volumes") or [] if out else []
+            return any("projected" in v for v in volumes if v["name"] == "proxy-trust")
+
+        wait(projected, "the admission policy projecting the ClusterTrustBundles", timeout=60)
+        real.kubectl("create", "-f", "-", stdin=json.dumps(pod))
+        real.kubectl("-n", "default", "wait", "--for=condition=Ready", "pod/trusting", "--timeout=120s", timeout=150)
+        before = real.get("pod", "trusting", "-n", "default")
+        (volume,) = [v for v in before["spec"]["volumes"] if v["name"] == "proxy-trust"]
+        assert [s.get("clusterTrustBundle", {}).get("path") for s in volume["projected"]["sources"]] == [
+            "corporate-ca.crt", "ca-bundle.crt", None,
+        ]  # fmt: skip
+        corporate = real.kubectl("exec", "trusting", "--", "cat", "/etc/proxy-component/trust/corporate-ca.crt")
+        assert ca_certificates(corporate) == ca_certificates(old_ca)
+        urls = ("https://origin.example/ctb", "https://rotated.example/ctb")
+        answers = real.fetch("trusting", *urls)
+        assert answers[urls[0]] == f"ok 200 origin-tls saw /ctb from {ORIGIN}", answers
+        assert answers[urls[1]].startswith("error "), answers
+        assert "certificate signed by unknown authority" in answers[urls[1]], answers
+        proxies = {node: real.proxy_pod(node)["metadata"]["uid"] for node in real.nodes}
+        bundles = {b["metadata"]["name"]: b["metadata"]["uid"] for b in real.get("clustertrustbundles")["items"]}
+        assert sorted(bundles) == ["proxy-component.io:trust:corporate", "proxy-component.io:trust:merged"]
+
+        settings["proxy"]["upstream"]["trustedCa"] = new_ca.cert_pem
+        (example.dir / "proxy.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
+        example.up()
+        t0 = time.monotonic()
+        seen: list[dict[str, str]] = [{}]
+
+        def trusts_the_new_ca() -> bool:
+            seen[0] = real.fetch("trusting", *urls)
+            return seen[0][urls[1]].startswith("ok ")
+
+        wait(trusts_the_new_ca, f"the pod to trust the rotated CA (last: {seen})", timeout=300)
+        print(f"realnode: the pod trusted the rotated CA {time.monotonic() - t0:.0f}s after pulumi up", file=sys.stderr)
+        after = seen[0]
+        assert after[urls[1]] == f"ok 200 rotated-tls saw /ctb from {ORIGIN}", after
+        assert after[urls[0]].startswith("error "), after
+        assert "certificate signed by unknown authority" in after[urls[0]], after
+        corporate = real.kubectl("exec", "trusting", "--", "cat", "/etc/proxy-component/trust/corporate-ca.crt")
+        assert ca_certificates(corporate) == ca_certificates(new_ca.cert_pem)
+        now = real.get("pod", "trusting", "-n", "default")
+        assert now["metadata"]["uid"] == before["metadata"]["uid"]
+        assert now["status"]["containerStatuses"][0]["restartCount"] == 0
+        assert {node: real.proxy_pod(node)["metadata"]["uid"] for node in real.nodes} == proxies
+        assert {
+            b["metadata"]["name"]: b["metadata"]["uid"] for b in real.get("clustertrustbundles")["items"]
+        } == bundles
+    finally:
+        real.kubectl("-n", "default", "delete", "pod", "trusting", "--ignore-not-found", "--wait=false")
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=10)
+        run("ip", "-n", real.internet, "addr", "del", f"{ROTATED}/24", "dev", "br0", check=False)
