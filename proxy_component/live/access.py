@@ -15,11 +15,12 @@ from ..render.env import (
     CONFIG_NAME,
 )
 from ..render.kyverno import POLICY_NAME
-from ..render.trust import BUNDLE_NAME, trust_namespaces
+from ..render.trust import BUNDLE_NAME, cluster_trust_bundle_names, trust_namespaces
 from ..settings import PROBE_NAMESPACE, Settings
 from .cluster import (
     CAPI_CLUSTERS,
     CAPI_MACHINE_DEPLOYMENTS,
+    CLUSTER_TRUST_BUNDLES,
     CONFIG_MAPS,
     DAEMON_SET,
     EVICTIONS,
@@ -88,6 +89,8 @@ def accesses(settings: Settings, probe: bool = False) -> list[Access]:
         ]
     out += [Access(config_api(settings), ns, CONFIG_NAME) for ns in settings.proxy_config_namespaces]
     out += [Access(CONFIG_MAPS, ns, BUNDLE_NAME) for ns in trust_namespaces(settings)]
+    if settings.injection.cluster_trust_bundle and settings.trusted_ca is not None:
+        out += [Access(CLUSTER_TRUST_BUNDLES, None, name) for name in cluster_trust_bundle_names()]
     out += [Access(api, ns) for ns in workload_namespaces(settings) for _, api in workload_apis(settings)]
     out += stale_accesses(settings)
     if settings.injection.kyverno:

@@ -39,7 +39,7 @@ from ..render.env import (
 )
 from ..render.kyverno import POLICY_NAME
 from ..render.runtimes import python_no_proxy
-from ..render.trust import BUNDLE_NAME, trust_bundle_object, trust_namespaces
+from ..render.trust import BUNDLE_NAME, cluster_trust_bundles, trust_bundle_object, trust_namespaces
 from ..settings import (
     DEFAULT_CONNECTIONS_PER_CLIENT,
     RUNTIMES,
@@ -50,6 +50,7 @@ from ..settings import (
 )
 from .access import KUBERNETES_SERVICE, workload_apis, workload_namespaces
 from .cluster import (
+    CLUSTER_TRUST_BUNDLES,
     CONFIG_MAPS,
     DAEMON_SET,
     KYVERNO_DEPLOYMENT,
@@ -196,6 +197,7 @@ def _findings(settings: Settings, cluster: Cluster) -> list[Finding]:
         *_proxy(settings, cluster, nodes),
         *_proxy_configs(settings, cluster),
         *_trust_bundles(settings, cluster),
+        *_cluster_trust_bundles(settings, cluster),
         *_injection_apis(settings, cluster),
         *_kyverno_legacy(settings, cluster),
     ]
@@ -741,6 +743,28 @@ def _trust_bundles(settings: Settings, cluster: Cluster) -> Iterator[Finding]:
                 "proxy-trust-differs", name, "warning",
                 f"differs from the settings in {', '.join(differing)}: the CA changed and the stack is not applied, "
                 "or it was edited by hand (or certifi's roots differ from the version that rendered it)",
+            )  # fmt: skip
+
+
+def _cluster_trust_bundles(settings: Settings, cluster: Cluster) -> Iterator[Finding]:
+    """injection.clusterTrustBundle: the project's ClusterTrustBundles, read by name. A Pod given the projected
+    volume does not start while a bundle it selects is missing; one that differs is a CA not rotated yet."""
+    if not settings.injection.cluster_trust_bundle or settings.trusted_ca is None:
+        return
+    for wanted in cluster_trust_bundles(settings):
+        name = f"ClusterTrustBundle {wanted['metadata']['name']}"
+        live = cluster.get_json(Access(CLUSTER_TRUST_BUNDLES, None, wanted["metadata"]["name"]))
+        if live is None:
+            yield Finding(
+                "cluster-trust-bundle-missing", name, "error",
+                "missing: Pods given the projected proxy-trust volume do not start without it (the stack is not "
+                "applied, or the cluster does not serve certificates.k8s.io/v1 ClusterTrustBundle: Kubernetes 1.37)",
+            )  # fmt: skip
+        elif (live.get("spec") or {}).get("trustBundle") != wanted["spec"]["trustBundle"]:
+            yield Finding(
+                "cluster-trust-bundle-differs", name, "warning",
+                "its trustBundle differs from the settings: the CA changed and the stack is not applied, or it was "
+                "edited by hand (or certifi's roots differ from the version that rendered it)",
             )  # fmt: skip
 
 

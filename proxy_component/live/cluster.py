@@ -42,7 +42,7 @@ class Api(NamedTuple):
 
     group: str
     resource: str
-    client: str  # "core", "apps", "batch", "networking", "policy" or "custom" (CustomObjectsApi)
+    client: str  # "core", "apps", "batch", "networking", "policy", "certificates" or "custom" (CustomObjectsApi)
     method: str  # list_... (RBAC verb list), create_, delete_, patch_ (theirs), else read_/get_ (RBAC verb get)
     metadata_only: bool = False  # a list of the items' metadata alone (PartialObjectMetadataList)
 
@@ -100,6 +100,7 @@ PDBS = Api("policy", "poddisruptionbudgets", "policy", "list_namespaced_pod_disr
 # With Kyverno injection: Kyverno's admission controller (its version, from the image) and the legacy ClusterPolicy
 # this project rendered (live/kyverno.py).
 KYVERNO_DEPLOYMENT = Api("apps", "deployments", "apps", "read_namespaced_deployment")
+CLUSTER_TRUST_BUNDLES = Api("certificates.k8s.io", "clustertrustbundles", "certificates", "read_cluster_trust_bundle")
 LEGACY_POLICY = Api("kyverno.io", "clusterpolicies", "custom", "get_cluster_custom_object")
 CAPI_CLUSTERS = Api("cluster.x-k8s.io", "clusters", "custom", "get_namespaced_custom_object")
 CAPI_MACHINE_DEPLOYMENTS = Api("cluster.x-k8s.io", "machinedeployments", "custom", "list_namespaced_custom_object")
@@ -568,6 +569,7 @@ def connect(kubeconfig: str | None = None, context: str | None = None) -> Cluste
         "batch": client.BatchV1Api(api),
         "networking": client.NetworkingV1Api(api),
         "policy": client.PolicyV1Api(api),
+        "certificates": client.CertificatesV1Api(api),
         "discovery": client.CustomObjectsApi(api),  # get_api_resources: GET /apis/<group>/<version>
         "custom": client.CustomObjectsApi(api),
     }

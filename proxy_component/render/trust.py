@@ -51,6 +51,7 @@ __all__ = [
     "bundle",
     "bundle_in",
     "certifi_roots",
+    "cluster_trust_bundle_names",
     "cluster_trust_bundles",
     "java_truststore",
     "mount_free",
@@ -291,6 +292,11 @@ def _anchors(*pems: str) -> tuple[str, int]:
     return "".join(out), left
 
 
+def cluster_trust_bundle_names() -> list[str]:
+    """The names of the project's ClusterTrustBundles (injection.clusterTrustBundle), in the plan's order."""
+    return [f"{CTB_SIGNER.replace('/', ':')}:{CTB_BUNDLES[key]}" for key in (CORPORATE_KEY, MERGED_KEY)]
+
+
 def cluster_trust_bundles(settings: Settings, roots: PublicRoots | None = None) -> list[Obj]:
     """injection.clusterTrustBundle: the corporate CA and the merged bundle as two cluster-scoped ClusterTrustBundles
     of the signer `CTB_SIGNER`, one per `CTB_LABEL` value (what `trust_volume` projects). Public roots the API
@@ -304,7 +310,7 @@ def cluster_trust_bundles(settings: Settings, roots: PublicRoots | None = None) 
     kept, left = _anchors(public.pem)
     merged, _ = _anchors(public.pem, made.corporate)
     refused = f"; {left} more that the API server refuses left out" if left else ""
-    out = []
+    out: list[Obj] = []
     for key, pem, note in (
         (CORPORATE_KEY, corporate, None),
         (MERGED_KEY, merged, f"{made.source} ({len(ca_certificates(kept))} certificates{refused})"),
@@ -315,7 +321,7 @@ def cluster_trust_bundles(settings: Settings, roots: PublicRoots | None = None) 
                 "apiVersion": "certificates.k8s.io/v1",
                 "kind": "ClusterTrustBundle",
                 "metadata": {
-                    "name": f"{CTB_SIGNER.replace('/', ':')}:{kind}",
+                    "name": cluster_trust_bundle_names()[len(out)],
                     "labels": {
                         "app.kubernetes.io/part-of": "proxy-component",
                         "app.kubernetes.io/component": "trust-bundle",

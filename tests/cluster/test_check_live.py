@@ -504,9 +504,12 @@ def test_an_edited_proxy_config(live: Live) -> None:
         live.apply_rendered()
 
 
-def _trust_settings(live: Live, name: str, pem: str) -> Path:
+def _trust_settings(live: Live, name: str, pem: str, bundles: bool = False) -> Path:
     upstream = {"url": "http://proxy.corp.example:3128", "trustedCa": pem}
-    return live.write(name, SETTINGS + yaml.safe_dump({"proxy": {"upstream": upstream}}))
+    more: dict[str, Any] = {"proxy": {"upstream": upstream}}
+    if bundles:
+        more["injection"] = {"clusterTrustBundle": True}
+    return live.write(name, SETTINGS + yaml.safe_dump(more))
 
 
 def test_a_missing_or_stale_trust_bundle(live: Live) -> None:
@@ -539,6 +542,43 @@ def test_a_missing_or_stale_trust_bundle(live: Live) -> None:
             ]
             assert "ca-bundle.crt, corporate-ca.crt, truststore.p12" in stale[0]["message"]
     finally:
+        live.kubectl("delete", "configmap", "proxy-trust", "-n", "default", "--ignore-not-found")
+        live.kubectl("delete", "configmap", "proxy-trust", "-n", "team-a", "--ignore-not-found")
+        live.apply_rendered()
+    assert live.findings() == []
+
+
+def test_a_missing_or_stale_cluster_trust_bundle(live: Live) -> None:
+    """injection.clusterTrustBundle (Kubernetes 1.37): the project's two ClusterTrustBundles, read by name under the
+    rendered ClusterRole: one deleted is an error, a CA the settings rotated and the cluster has not is a warning for
+    each bundle, beside each namespace's proxy-trust."""
+    trust = _trust_settings(live, "ctb.yaml", make_ca("Corp CA").cert_pem, bundles=True)
+    rotated = _trust_settings(live, "ctb-rotated.yaml", make_ca("Corp CA 2027").cert_pem, bundles=True)
+
+    def apply(settings: Path) -> None:
+        live.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=live.render(settings))
+
+    merged = "ClusterTrustBundle proxy-component.io:trust:merged"
+    try:
+        with granted(live, trust):
+            apply(trust)
+            live.rollout()
+            assert live.findings(trust) == []
+            live.kubectl("delete", "clustertrustbundle", "proxy-component.io:trust:merged")
+            (missing,) = live.findings(trust)
+            assert (missing["kind"], missing["object"], missing["severity"]) == (
+                "cluster-trust-bundle-missing", merged, "error",
+            )  # fmt: skip
+            apply(trust)
+            stale = live.findings(rotated)
+            assert [(f["kind"], f["object"]) for f in stale] == [
+                ("proxy-trust-differs", "ConfigMap default/proxy-trust"),
+                ("proxy-trust-differs", "ConfigMap team-a/proxy-trust"),
+                ("cluster-trust-bundle-differs", "ClusterTrustBundle proxy-component.io:trust:corporate"),
+                ("cluster-trust-bundle-differs", merged),
+            ]
+    finally:
+        live.kubectl("delete", "clustertrustbundles", "-l", "app.kubernetes.io/part-of=proxy-component")
         live.kubectl("delete", "configmap", "proxy-trust", "-n", "default", "--ignore-not-found")
         live.kubectl("delete", "configmap", "proxy-trust", "-n", "team-a", "--ignore-not-found")
         live.apply_rendered()
