@@ -11,6 +11,7 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 from importlib.resources import files
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -49,6 +50,7 @@ FORMATS = (
     "admission",
     "check-rbac",
     "rollout-rbac",
+    "egress-rbac",
 )
 MARKER = "# Rendered by proxy-component render: this directory is rewritten whole by each render."
 PATCH_HEADER = """\
@@ -166,6 +168,10 @@ def _objects(settings: Settings, args: argparse.Namespace) -> list[dict[str, Any
         from .live.access import rollout_rbac_objects
 
         return rollout_rbac_objects(settings, capi=args.capi)
+    if fmt == "egress-rbac":
+        from .live.access import egress_rbac_objects
+
+        return egress_rbac_objects(settings)
     if fmt == "metrics":
         return [owned(o) for o in metrics_objects(settings)]
     if fmt == "kustomize-patch":
@@ -507,6 +513,121 @@ def _check(args: argparse.Namespace) -> int:
     return 1 if findings or failed else 0
 
 
+_DURATION = re.compile(r"(\d+)([smhd])")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _duration(parser: argparse.ArgumentParser, flag: str, value: str) -> int:
+    """A duration flag (`90s`, `30m`, `2h`, `1d`, or a sum such as `1h30m`) in seconds, or an error naming it."""
+    parts = _DURATION.findall(value)
+    if not value or "".join(n + u for n, u in parts) != value or not sum(int(n) * _UNITS[u] for n, u in parts) > 0:
+        parser.error(f"{flag}: {value!r} is not a duration (expected e.g. 30m, 2h, 1d or 1h30m)")
+    return sum(int(n) * _UNITS[u] for n, u in parts)
+
+
+def _saved_logs(paths: Sequence[str]) -> list[tuple[str, str]]:
+    """(node, text) of each saved log: a file, or each regular file of a directory; the node is the file's name
+    without its suffix (save each proxy pod's log as <node>.log)."""
+    out: list[tuple[str, str]] = []
+    for given in paths:
+        path = Path(given)
+        files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+        for file in files:
+            try:
+                out.append((file.name.split(".", 1)[0], file.read_text(errors="replace")))
+            except OSError as exc:
+                raise ValueError(f"--logs: cannot read {str(file)!r} ({exc.strerror})") from None
+    return out
+
+
+def _items(path: str, flag: str, kind: str) -> list[Any]:
+    """The items of a saved list (`kubectl get pods -A -o json`), or an error naming the flag and the file."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise ValueError(f"{flag}: cannot read {path!r} ({exc.strerror})") from None
+    except ValueError:
+        raise ValueError(f"{flag}: {path!r} is not JSON (expected `kubectl get {kind} -A -o json`)") from None
+    items = data.get("items") if isinstance(data, dict) else None
+    if not isinstance(items, list):
+        raise ValueError(f"{flag}: {path!r} has no items list (expected `kubectl get {kind} -A -o json`)")
+    return items
+
+
+def _egress(args: argparse.Namespace) -> int:
+    from datetime import timedelta
+
+    from . import egress
+    from .explain import intent, miss_verdicts, resolve_env
+    from .live import CheckError, scrub
+
+    settings = None
+    layered = None
+    if args.config is not None or args.stack is not None:
+        settings, layered = _load_layered(args.config, args)
+    since = _duration(args.parser, "--since", args.since) if args.since else None
+    unread: list[str] = []
+    if args.logs:
+        log = egress.Log()
+        for part in egress.iter_lines(_saved_logs(args.logs)):
+            log.extend(part)
+        index = egress.PodIndex(
+            _items(args.pods, "--pods", "pods"), _items(args.nodes, "--nodes", "nodes") if args.nodes else ()
+        )
+        newest = max((line.time for line in log.lines), default=None)
+        cutoff = None if since is None or newest is None else newest - timedelta(seconds=since)
+        source = f"{len(args.logs)} saved log path(s)"
+    else:
+        from .live.egress import read_egress
+
+        assert settings is not None  # main() requires CONFIG or --stack without --logs
+        cluster = None
+        try:
+            cluster = _connect(args, layered)
+            log, index, unread = read_egress(settings, cluster, since)
+        except CheckError as exc:
+            print(f"proxy-component egress: {exc}", file=sys.stderr)
+            return EXIT_INVALID
+        except (SettingsError, NoProxyError, ValueError):
+            raise
+        except Exception as exc:
+            return _crash("egress: internal error", exc, scrub, settings)
+        finally:
+            if cluster is not None:
+                cluster.settle()
+        cutoff = None
+        source = f"{cluster.server}: {cluster.requests} API requests"
+    intent_of = verdicts = None
+    no_proxy = None
+    domain = "cluster.local"
+    if settings is not None:
+        no_proxy = settings.no_proxy()
+        domain = settings.cluster.dns_domain
+        bound: Settings = settings
+
+        def intent_of(target: Any) -> str:
+            return intent(bound, no_proxy, target)
+
+        def verdicts(client: egress.Client, target: Any) -> list[egress.Verdict]:
+            env = resolve_env(bound, no_proxy, dict(client.variables), client.env_from)
+            return [egress.Verdict(c, d, why) for c, d, why in miss_verdicts(bound, no_proxy, env, target)]
+
+    report = egress.report(log, index, domain=domain, intent=intent_of, verdicts=verdicts, since=cutoff)
+    if args.json:
+        print(json.dumps({**report.as_dict(), "unread_logs": unread}, indent=2))
+    elif args.dot:
+        sys.stdout.write(egress.dot(report))
+    elif args.suggest:
+        sys.stdout.write(egress.suggest(report, no_proxy))
+    else:
+        sys.stdout.write(egress.table(report))
+    for node in unread:
+        print(f"proxy-component egress: could not read the proxy's log on {node}", file=sys.stderr)
+    print(f"proxy-component egress: {source}; {report.lines} connections, {len(report.misses)} NO_PROXY miss(es)",
+          file=sys.stderr)  # fmt: skip
+    return 0
+
+
 ROLLOUT_TIMEOUT = 600  # rollout --apply: seconds an owner may take to be complete and available
 PDB_TIMEOUT = 300  # rollout --apply: seconds a PodDisruptionBudget may forbid a restart, or refuse an eviction
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -711,7 +832,8 @@ def _parser() -> argparse.ArgumentParser:
         "KubeadmControlPlane and KubeadmConfigTemplate, never to apply), kustomize-patch, kyverno, admission (the "
         "MutatingAdmissionPolicy and its binding, ready to kubectl apply), metrics (the PodMonitor, the PrometheusRule "
         "with the alerts and the Grafana dashboard's ConfigMap, whatever deployment.metrics creates), check-rbac (the "
-        "ServiceAccount and the least roles `check` runs under), rollout-rbac (those of `rollout`)",
+        "ServiceAccount and the least roles `check` runs under), rollout-rbac (those of `rollout`), egress-rbac (those "
+        "of `egress`)",
     )
     render.add_argument("--target-kind", default="Deployment", help="kustomize-patch: the workload kind")
     render.add_argument("--target-name", help="kustomize-patch: the workload name")
@@ -811,7 +933,46 @@ def _parser() -> argparse.ArgumentParser:
     _stack_arguments(check)
     check.set_defaults(func=_check)
     _rollout_parser(sub)
+    _egress_parser(sub)
     return parser
+
+
+def _egress_parser(sub: Any) -> None:
+    egress = sub.add_parser(
+        "egress",
+        help="who reaches what through the proxies: each node's access log joined to pods, per namespace and "
+        "workload (destinations, refusals by cause, NO_PROXY misses); from the cluster, or from saved logs and a "
+        "saved pod list (--logs, --pods); exit 0, 2 on bad input or a cluster it cannot read, 3 on an internal error",
+    )
+    egress.add_argument(
+        "config", nargs="?",
+        help="this cluster's settings YAML (required to read a cluster; with --logs, optional: it gives the cluster's "
+        "ranges, domain and NO_PROXY, without which misses are found by name alone)",
+    )  # fmt: skip
+    egress.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+    egress.add_argument("--context", help="kubeconfig context (default: the current one)")
+    egress.add_argument(
+        "--since", metavar="DURATION",
+        help="only the last DURATION (30m, 2h, 1d, 1h30m): of now when reading a cluster, of the newest line with "
+        "--logs (default: all the logs hold)",
+    )  # fmt: skip
+    egress.add_argument(
+        "--logs", nargs="+", metavar="PATH",
+        help="saved proxy logs instead of the cluster's: files or directories, one file per node named <node>.log "
+        "(kubectl logs --timestamps of each proxy pod's metrics container, or tinyproxy's without metrics)",
+    )  # fmt: skip
+    egress.add_argument("--pods", metavar="FILE", help="--logs: the saved pod list (kubectl get pods -A -o json)")
+    egress.add_argument("--nodes", metavar="FILE", help="--logs: a saved node list (kubectl get nodes -o json)")
+    shown = egress.add_mutually_exclusive_group()
+    shown.add_argument("--json", action="store_true", help="print the report as JSON")
+    shown.add_argument("--dot", action="store_true", help="print a Graphviz digraph: namespaces to destinations")
+    shown.add_argument(
+        "--suggest", action="store_true",
+        help="print, per namespace, the destinations seen as tinyproxy Filter lines and host entries, and the misses "
+        "as NO_PROXY entries: the start of an allowlist (nothing is enforced)",
+    )  # fmt: skip
+    _stack_arguments(egress)
+    egress.set_defaults(func=_egress, parser=egress)
 
 
 def _rollout_parser(sub: Any) -> None:
@@ -901,6 +1062,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             "check: CONFIG or --stack NAME is required: the settings of the cluster to compare (the embedded "
             "example describes no real cluster)"
         )
+    if args.command == "egress" and args.logs and not args.pods:
+        parser.error("egress --logs: --pods FILE is required (kubectl get pods -A -o json): it joins addresses to pods")
+    if args.command == "egress" and not args.logs and args.config is None and args.stack is None:
+        parser.error("egress: CONFIG or --stack NAME is required to read a cluster (or give --logs and --pods)")
     try:
         result: int = args.func(args)
     except (SettingsError, NoProxyError, ValueError) as exc:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 from .clients import CLIENTS, TRUST, Client, Decision, Target, decide, matched_entry, workload_variables
 from .noproxy import Category, Kind, NoProxy
-from .render.env import env_pairs, workload_values
+from .render.env import CONFIG_NAME, env_pairs, workload_values
 from .render.runtimes import JDK_JAVA_OPTIONS, NO_PROXY_PYTHON, java_skip_reason
 from .render.trust import JAVA_TRUST_OPTIONS, trust_env_pairs
 from .settings import Runtime, Settings
@@ -420,3 +420,35 @@ def trust_cells(settings: Settings, no_proxy: NoProxy, selection: Iterable[Runti
                 )
             )
     return cells
+
+
+def resolve_env(
+    settings: Settings, no_proxy: NoProxy, variables: Mapping[str, str], env_from: Sequence[str]
+) -> dict[str, str]:
+    """A pod's proxy variables as its clients read them: what its spec writes, a reference to `proxy-config` (by
+    `envFrom` or by key) as the settings render it; another reference stays unresolved (left out)."""
+    rendered = workload_env(settings, no_proxy)
+    env: dict[str, str] = {}
+    if any(source.split("/", 1)[1] == CONFIG_NAME for source in env_from):
+        env.update(rendered)
+    for name, value in variables.items():
+        if not value.startswith("<"):
+            env[name] = value
+        elif f" {CONFIG_NAME} key " in value and name in rendered:
+            env[name] = rendered[name]
+    return env
+
+
+def miss_verdicts(
+    settings: Settings, no_proxy: NoProxy, env: Mapping[str, str], url: str | Target
+) -> list[tuple[str, Decision, str]]:
+    """For a destination the cluster reaches directly that went through the proxy: each client of the model that
+    sends it to the proxy with `env`, and why (the same reasons `explain` gives)."""
+    t = url if isinstance(url, Target) else Target.parse(url)
+    wanted = intent(settings, no_proxy, t)
+    out = []
+    for c in CLIENTS:
+        decision = decide(c, env, t)
+        if decision != wanted:
+            out.append((c.id, decision, _why(settings, no_proxy, env, c, t, decision, wanted)))
+    return out

@@ -11,15 +11,17 @@ from typing import Any
 
 
 @contextlib.contextmanager
-def api_server(answer: Callable[[str], tuple[int, bytes]], userinfo: str = "") -> Iterator[Any]:
+def api_server(answer: Callable[[str], tuple[Any, ...]], userinfo: str = "") -> Iterator[Any]:
     """The client, its host `http://[userinfo@]127.0.0.1:PORT`; the server stops when the block ends."""
     from kubernetes import client
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            status, body = answer(self.path.split("?")[0])
+            answered = answer(self.path.split("?")[0])
+            status, body = answered[0], answered[1]
+            content_type = answered[2] if len(answered) > 2 else "application/json"  # a log is text/plain
             self.send_response(status)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)

@@ -2,8 +2,8 @@
 etcd with kwok's fake nodes, on 127.0.0.1) under a name and work directory of its own, taken down on exit; at the
 script's default Kubernetes version or another one (`K8S_VERSION`, built and cached by version by the script).
 
-The oldest Kubernetes minor the product supports is a tested target too: `VERSIONS` parametrizes a module's cluster
-fixture over the default version and `OLDEST` (its second run marked `oldest`: `pytest -m oldest`)."""
+The older Kubernetes minors the product supports are tested targets too: `VERSIONS` parametrizes a module's cluster
+fixture over the default version and each of `OLDER` (those runs marked `older`: `pytest -m older`)."""
 
 from __future__ import annotations
 
@@ -21,11 +21,15 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
-OLDEST = "v1.35.4"
-"""The oldest Kubernetes minor the product supports (1.35 on 2026-11-28: 1.35, 1.36 and 1.37 are maintained), at its
-newest patch the Go module proxy serves. .ci/run reads this line to build its binaries."""
-VERSIONS = [pytest.param(None, id="default"), pytest.param(OLDEST, id="1.35", marks=pytest.mark.oldest)]
-"""A module-scoped cluster fixture's params: the script's default version, then OLDEST (the `oldest` lane)."""
+OLDER = ("v1.36.3", "v1.35.4")
+"""The supported Kubernetes minors older than the default (1.35, 1.36 and 1.37 are maintained on 2026-11-28), each at
+its newest patch the Go module proxy serves. .ci/run reads this line to build their control planes."""
+OLDEST = OLDER[-1]
+VERSIONS = [
+    pytest.param(None, id="default"),
+    *(pytest.param(v, id=v.lstrip("v").rsplit(".", 1)[0], marks=pytest.mark.older) for v in OLDER),
+]
+"""A module-scoped cluster fixture's params: the script's default version, then each of OLDER (the `older` lane)."""
 ADMISSION_GA_MINOR = 36
 """Before it (1.34, 1.35), kube-apiserver serves MutatingAdmissionPolicy (v1beta1) only with its feature gate on."""
 

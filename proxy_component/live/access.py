@@ -18,6 +18,7 @@ from ..render.kyverno import POLICY_NAME
 from ..render.trust import BUNDLE_NAME, cluster_trust_bundle_names, trust_namespaces
 from ..settings import PROBE_NAMESPACE, Settings
 from .cluster import (
+    ALL_PODS,
     CAPI_CLUSTERS,
     CAPI_MACHINE_DEPLOYMENTS,
     CLUSTER_TRUST_BUNDLES,
@@ -50,6 +51,7 @@ from .kyverno import KYVERNO_DEPLOYMENT as KYVERNO_DEPLOYMENT_NAME
 
 CHECK_NAME = "proxy-component-check"  # the ServiceAccount, roles and bindings of `render --format check-rbac`
 ROLLOUT_NAME = "proxy-component-rollout"  # those of `render --format rollout-rbac`
+EGRESS_NAME = "proxy-component-egress"  # those of `render --format egress-rbac`
 KUBERNETES_SERVICE = ("default", "kubernetes")  # the API server's Service: how pods reach it
 
 
@@ -165,6 +167,19 @@ def rollout_rbac_objects(settings: Settings, capi: bool = False) -> list[Obj]:
     `capi`, the management cluster's: a Role in capi.namespace to get the Cluster and list its MachineDeployments
     (`rollout --capi` only prints the commands that roll the machines)."""
     return _role_objects(settings, ROLLOUT_NAME, "rollout", rollout_accesses(settings, capi=capi))
+
+
+def egress_accesses(settings: Settings) -> list[Access]:
+    """Every request `egress` makes, in order: the proxy's pods and their logs, then every pod and node (to join
+    client addresses to pods and nodes)."""
+    d = settings.deployment
+    return [Access(PODS, d.namespace), Access(POD_LOGS, d.namespace), Access(ALL_PODS), Access(NODES)]
+
+
+def egress_rbac_objects(settings: Settings) -> list[Obj]:
+    """A ServiceAccount `proxy-component-egress` and exactly `egress_accesses`: a ClusterRole to list pods and nodes,
+    a Role in the proxy's namespace to list its pods and read their logs."""
+    return _role_objects(settings, EGRESS_NAME, "egress", egress_accesses(settings))
 
 
 def _role_objects(settings: Settings, name: str, component: str, granted: Iterable[Access]) -> list[Obj]:

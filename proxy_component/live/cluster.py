@@ -60,6 +60,7 @@ SERVICE_CIDRS = Api("networking.k8s.io", "servicecidrs", "networking", "list_ser
 SERVICES = Api("", "services", "core", "read_namespaced_service")
 DAEMON_SET = Api("apps", "daemonsets", "apps", "read_namespaced_daemon_set")
 PODS = Api("", "pods", "core", "list_namespaced_pod")
+ALL_PODS = Api("", "pods", "core", "list_pod_for_all_namespaces")
 CONFIG_MAPS = Api("", "configmaps", "core", "read_namespaced_config_map")
 SECRETS = Api("", "secrets", "core", "read_namespaced_secret")
 # `check --probe`: its pods in their own namespace (any name: each run's are new), their logs and the proxy's.

@@ -34,11 +34,13 @@ class EngineError(RuntimeError):
     """scripts/engine failed; the message is its own (module, version, reason)."""
 
 
-def build_engine(*parts: str) -> Path:
-    """scripts/engine PARTS (default: the CLI, the Python host, the Kubernetes provider): its bin directory."""
+def build_engine(*parts: str, cli: str | None = None) -> Path:
+    """scripts/engine PARTS (default: the CLI, the Python host, the Kubernetes provider): its bin directory. `cli`:
+    another Pulumi CLI version than the script's (`PULUMI_VERSION`, e.g. `MINIMUM_CLI`)."""
     parts = parts or ("cli", "python", "kubernetes")
+    env = {**os.environ, "PULUMI_VERSION": cli} if cli else None
     result = subprocess.run(
-        ["bash", str(ROOT / "scripts/engine"), *parts], capture_output=True, text=True, timeout=5400
+        ["bash", str(ROOT / "scripts/engine"), *parts], capture_output=True, text=True, timeout=5400, env=env
     )
     if result.returncode != 0:
         raise EngineError(f"scripts/engine {' '.join(parts)} failed:\n{result.stderr}")

@@ -6,9 +6,10 @@ comes out of admission exactly as the stack transform renders it, env by env and
 Ephemeral containers are added through `pods/ephemeralcontainers` as `kubectl debug` adds them. Last, the API
 server's own `paramKind` defect, which the policy's design avoids, reproduced (kubernetes/kubernetes#130887).
 
-Twice: on the default version, and on the oldest supported one (tests/kwok_cluster.py OLDEST, 1.35, `pytest -m
-oldest`), each with what the product renders for that cluster (`cluster.kubernetesVersion: "1.35"` there: the
-v1beta1 policy, served by 1.35's kube-apiserver with the MutatingAdmissionPolicy feature gate on).
+On every supported version: the default one, and each older one (tests/kwok_cluster.py OLDER, 1.36 and 1.35,
+`pytest -m older`), each with what the product renders for that cluster (`cluster.kubernetesVersion: "1.36"` or
+`"1.35"` there; on 1.35 the v1beta1 policy, served by kube-apiserver with the MutatingAdmissionPolicy feature gate
+on).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from proxy_component.render import plain_values
 from proxy_component.render.admission import POD_CREATE, POLICY_NAME, admission_api_version
 from proxy_component.render.digest import settings_digest
 from proxy_component.settings import Settings, parse_settings
+from proxy_component.settings.injection import CLUSTER_TRUST_BUNDLE_MINOR
 from proxy_component.transform import proxy_env_transform
 from tests.injection_cases import (
     Case,
@@ -44,7 +46,7 @@ from tests.injection_cases import (
     stamp,
     transformed,
 )
-from tests.kwok_cluster import VERSIONS, kwok_cluster, minor, settings_version
+from tests.kwok_cluster import ADMISSION_GA_MINOR, VERSIONS, kwok_cluster, minor, settings_version
 
 from .conftest import ROOT
 
@@ -66,6 +68,7 @@ class Cluster:
         # What the settings name for this cluster (`cluster.kubernetesVersion`): unset on the default version, '1.35'
         # on OLDEST; and the minor of an older cluster whose rendering this one serves too (one upgraded since).
         self.settings_version = settings_version(version)
+        self.minor = minor(version)  # None on the default version (the newest)
         self.older = "1.35" if version is None else f"1.{(minor(version) or 0) - 1}"
 
     def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -273,7 +276,7 @@ def test_a_policy_rendered_for_the_other_api_version_is_served_on_newer_clusters
     1.35: the rendering for 1.36 and later (v1, what settings without cluster.kubernetesVersion give) is refused by
     the API server, which is why the stack program reads the version from the API server when the settings leave it
     unset."""
-    if cluster.settings_version is None:
+    if cluster.minor is None or cluster.minor >= ADMISSION_GA_MINOR:
         _every_case(cluster, "trust", "1.35")
         return
     raw = profile_raw("trust")
@@ -430,16 +433,17 @@ def test_cluster_trust_bundles_are_served_from_1_37_and_projected_by_the_policy(
     """injection.clusterTrustBundle: on 1.37 the two ClusterTrustBundles of the project's signer are created for real
     (every certificate of the merged one a trust anchor the API server takes), and the admission policy gives a Pod
     the projected `proxy-trust` volume with them, beside the trust variables and mount; on 1.35 (no
-    ClusterTrustBundle by default) the settings are refused before anything is rendered, naming the version."""
+    ClusterTrustBundle by default) and 1.36 (beta, off) the settings are refused before anything is rendered, naming the version."""
     raw = _raw_for("trust", cluster.settings_version)
     raw["injection"] = {**raw.get("injection", {}), "admission": True, "clusterTrustBundle": True}
     path = cluster.workdir / "ctb.yaml"
     path.write_text(yaml.safe_dump(raw))
     result = subprocess.run([sys.executable, "-m", "proxy_component.cli", "render", str(path)], capture_output=True,
                             text=True, timeout=120, cwd=ROOT)  # fmt: skip
-    if cluster.settings_version is not None:  # the oldest version: 1.35
+    if cluster.minor is not None and cluster.minor < CLUSTER_TRUST_BUNDLE_MINOR:  # 1.36, 1.35
         assert result.returncode != 0, result.stdout[:300]
-        assert "injection.clusterTrustBundle: cluster.kubernetesVersion '1.35'" in result.stderr, result.stderr
+        wanted = f"injection.clusterTrustBundle: cluster.kubernetesVersion '{cluster.settings_version}'"
+        assert wanted in result.stderr, result.stderr
         assert "Traceback" not in result.stderr, result.stderr
         assert cluster.kubectl("api-resources", "--api-group=certificates.k8s.io", "-o", "name").stdout.split() == [
             "certificatesigningrequests.certificates.k8s.io"

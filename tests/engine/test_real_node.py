@@ -1240,7 +1240,10 @@ def test_a_pod_trusts_the_corporate_ca_through_the_cluster_trust_bundle_before_a
         assert answers[urls[1]].startswith("error "), answers
         assert "certificate signed by unknown authority" in answers[urls[1]], answers
         proxies = {node: real.proxy_pod(node)["metadata"]["uid"] for node in real.nodes}
-        bundles = {b["metadata"]["name"]: b["metadata"]["uid"] for b in real.get("clustertrustbundles")["items"]}
+        bundles = {
+            b["metadata"]["name"]: b["metadata"]["uid"]
+            for b in real.get("clustertrustbundles", "-l", "app.kubernetes.io/part-of=proxy-component")["items"]
+        }
         assert sorted(bundles) == ["proxy-component.io:trust:corporate", "proxy-component.io:trust:merged"]
 
         settings["proxy"]["upstream"]["trustedCa"] = new_ca.cert_pem
@@ -1266,7 +1269,8 @@ def test_a_pod_trusts_the_corporate_ca_through_the_cluster_trust_bundle_before_a
         assert now["status"]["containerStatuses"][0]["restartCount"] == 0
         assert {node: real.proxy_pod(node)["metadata"]["uid"] for node in real.nodes} == proxies
         assert {
-            b["metadata"]["name"]: b["metadata"]["uid"] for b in real.get("clustertrustbundles")["items"]
+            b["metadata"]["name"]: b["metadata"]["uid"]
+            for b in real.get("clustertrustbundles", "-l", "app.kubernetes.io/part-of=proxy-component")["items"]
         } == bundles
     finally:
         real.kubectl("-n", "default", "delete", "pod", "trusting", "--ignore-not-found", "--wait=false")

@@ -15,8 +15,8 @@ mounts in order), and the ephemeral containers `kubectl debug` adds (the branch 
 GeneratingPolicies, run by the background controller, clone `proxy-config` and `proxy-trust` into namespaces that
 exist (`generateExisting`) and into a new one, and keep the clones in step with the source (`synchronize`).
 
-Twice: on the default version, and on the oldest supported one (tests/kwok_cluster.py OLDEST, 1.35, `pytest -m
-oldest`), the policies rendered for that cluster (`cluster.kubernetesVersion: "1.35"` there).
+On every supported version: the default one, and each older one (tests/kwok_cluster.py OLDER, 1.36 and 1.35,
+`pytest -m older`), the policies rendered for that cluster (`cluster.kubernetesVersion: "1.36"` or `"1.35"` there).
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ class KyvernoCluster:
         self.kubeconfig = kubeconfig
         self.workdir = workdir
         self.port = port
-        self.settings_version = settings_version(version)  # cluster.kubernetesVersion: unset, or '1.35' on OLDEST
+        self.settings_version = settings_version(version)  # cluster.kubernetesVersion: unset, or '1.36', '1.35'
         self.controllers: list[Controller] = []
 
     def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
