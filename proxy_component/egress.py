@@ -549,8 +549,13 @@ def table(r: Report) -> str:
             out.append(f"  the pod's proxy variables: {own}")
             if m.client.env_from:
                 out.append(f"  envFrom: {', '.join(m.client.env_from)}")
+            grouped: dict[tuple[str, str], list[str]] = {}
             for v in m.verdicts:
-                out.append(f"  {v.client}: {v.decision}{': ' + v.why if v.why else ''}")
+                grouped.setdefault((v.decision, v.why), []).append(v.client)
+            for (decision, why), clients in grouped.items():
+                out.append(f"  {', '.join(clients)}: {decision}{': ' + why if why else ''}")
+            if not m.verdicts and m.client.namespace:
+                out.append("  no client of the model sends it to the proxy with these variables: set by the program")
     if r.accept:
         rows = [("NODE", "CAUSE", "COUNT", "LAST FROM", "ITS WORKLOAD")]
         for refusal, client in r.accept:

@@ -446,9 +446,16 @@ def miss_verdicts(
     sends it to the proxy with `env`, and why (the same reasons `explain` gives)."""
     t = url if isinstance(url, Target) else Target.parse(url)
     wanted = intent(settings, no_proxy, t)
+    unset = "NO_PROXY" not in env and "no_proxy" not in env
     out = []
     for c in CLIENTS:
         decision = decide(c, env, t)
         if decision != wanted:
-            out.append((c.id, decision, _why(settings, no_proxy, env, c, t, decision, wanted)))
+            why = (
+                "the pod sets a proxy and no NO_PROXY, so these clients send every destination to the proxy: give it "
+                f"the namespace's {CONFIG_NAME} (envFrom) or the injection's variables"
+                if unset and decision == "proxy"
+                else _why(settings, no_proxy, env, c, t, decision, wanted)
+            )
+            out.append((c.id, decision, why))
     return out

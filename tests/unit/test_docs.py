@@ -22,7 +22,7 @@ COMMANDS = (
     "python3 -m venv .venv && .venv/bin/pip install -q -e . && .venv/bin/proxy-component render\nbash scripts/test\n"
 )
 # What a runnable block may run: the command's subcommands that read no cluster, no cloud and no stack.
-SAFE = {"render", "no-proxy", "explain"}
+SAFE = {"render", "no-proxy", "explain", "egress"}
 RUNNABLE = "console runnable"
 
 
@@ -158,6 +158,8 @@ def _unsafe(argv: list[str]) -> str:
     write no file."""
     if argv[:1] != ["proxy-component"] or len(argv) < 2 or argv[1] not in SAFE:
         return f"a runnable block may run only `proxy-component {'|'.join(sorted(SAFE))}`: {shlex.join(argv)}"
+    if argv[1] == "egress" and "--logs" not in argv:
+        return f"a runnable block may run `proxy-component egress` only from saved logs (--logs): {shlex.join(argv)}"
     written = {"--stack", "--cwd", "-o", "--output"} & {a.split("=", 1)[0] for a in argv}
     return f"a runnable block may not use {', '.join(sorted(written))}: {shlex.join(argv)}" if written else ""
 
@@ -165,7 +167,7 @@ def _unsafe(argv: list[str]) -> str:
 @pytest.mark.parametrize(
     "argv",
     [["kubectl", "apply"], ["proxy-component", "check", "x.yaml"], ["proxy-component", "render", "-o", "out"],
-     ["proxy-component", "render", "--stack=prod"], ["proxy-component"]],
+     ["proxy-component", "render", "--stack=prod"], ["proxy-component"], ["proxy-component", "egress", "x.yaml"]],
 )  # fmt: skip
 def test_a_runnable_block_runs_only_what_reads_and_writes_nothing(argv: list[str]) -> None:
     assert _unsafe(argv) != ""

@@ -208,7 +208,7 @@ def test_no_proxy_misses_name_the_workloads_variables_and_each_clients_verdict()
     assert "NO_PROXY" not in dict(by_name.client.variables)
     verdicts = {v.client: v for v in by_name.verdicts}
     assert verdicts["go"].decision == "proxy"
-    assert "no NO_PROXY entry" in verdicts["go"].why
+    assert "the pod sets a proxy and no NO_PROXY" in verdicts["go"].why
     api = misses[(("batch", "Job/report-29000"), "10.96.0.1:443")]
     assert api.reason == "in the cluster's ranges or NO_PROXY"
     # Without the settings, by name alone: the API server's address is not found.
