@@ -9,7 +9,7 @@ import re
 import signal
 import sys
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -525,19 +525,29 @@ def _duration(parser: argparse.ArgumentParser, flag: str, value: str) -> int:
     return sum(int(n) * _UNITS[u] for n, u in parts)
 
 
-def _saved_logs(paths: Sequence[str]) -> list[tuple[str, str]]:
-    """(node, text) of each saved log: a file, or each regular file of a directory; the node is the file's name
+def _saved_logs(paths: Sequence[str]) -> list[tuple[str, Path]]:
+    """(node, file) of each saved log: a file, or each regular file of a directory; the node is the file's name
     without its suffix (save each proxy pod's log as <node>.log)."""
-    out: list[tuple[str, str]] = []
+    out: list[tuple[str, Path]] = []
     for given in paths:
         path = Path(given)
+        if not path.exists():
+            raise ValueError(f"--logs: {given!r} does not exist (expected a file or a directory of <node>.log files)")
         files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
-        for file in files:
-            try:
-                out.append((file.name.split(".", 1)[0], file.read_text(errors="replace")))
-            except OSError as exc:
-                raise ValueError(f"--logs: cannot read {str(file)!r} ({exc.strerror})") from None
+        out += [(file.name.split(".", 1)[0], file) for file in files]
     return out
+
+
+def _streamed(saved: Sequence[tuple[str, Path]]) -> Iterator[Any]:
+    """The events of each saved log, read line by line (a day of a fleet's logs is never held in memory)."""
+    from .egress import events
+
+    for node, file in saved:
+        try:
+            with file.open(errors="replace") as text:
+                yield from events(text, node)
+        except OSError as exc:
+            raise ValueError(f"--logs: cannot read {str(file)!r} ({exc.strerror})") from None
 
 
 def _items(path: str, flag: str, kind: str) -> list[Any]:
@@ -567,16 +577,18 @@ def _egress(args: argparse.Namespace) -> int:
         settings, layered = _load_layered(args.config, args)
     since = _duration(args.parser, "--since", args.since) if args.since else None
     unread: list[str] = []
+    events: Any
     if args.logs:
-        log = egress.Log()
-        for part in egress.iter_lines(_saved_logs(args.logs)):
-            log.extend(part)
+        saved = _saved_logs(args.logs)
         index = egress.PodIndex(
             _items(args.pods, "--pods", "pods"), _items(args.nodes, "--nodes", "nodes") if args.nodes else ()
         )
-        newest = max((line.time for line in log.lines), default=None)
-        cutoff = None if since is None or newest is None else newest - timedelta(seconds=since)
-        source = f"{len(args.logs)} saved log path(s)"
+        cutoff = None
+        if since is not None:  # of the newest line: a first pass
+            newest = max((e.time for e in _streamed(saved) if isinstance(e, egress.Line)), default=None)
+            cutoff = None if newest is None else newest - timedelta(seconds=since)
+        events = _streamed(saved)
+        described = f"{len(saved)} saved log(s)"
     else:
         from .live.egress import read_egress
 
@@ -596,7 +608,8 @@ def _egress(args: argparse.Namespace) -> int:
             if cluster is not None:
                 cluster.settle()
         cutoff = None
-        source = f"{cluster.server}: {cluster.requests} API requests"
+        events = log
+        described = f"{cluster.server}: {cluster.requests} API requests"
     intent_of = verdicts = None
     no_proxy = None
     domain = "cluster.local"
@@ -612,7 +625,7 @@ def _egress(args: argparse.Namespace) -> int:
             env = resolve_env(bound, no_proxy, dict(client.variables), client.env_from)
             return [egress.Verdict(c, d, why) for c, d, why in miss_verdicts(bound, no_proxy, env, target)]
 
-    report = egress.report(log, index, domain=domain, intent=intent_of, verdicts=verdicts, since=cutoff)
+    report = egress.report(events, index, domain=domain, intent=intent_of, verdicts=verdicts, since=cutoff)
     if args.json:
         print(json.dumps({**report.as_dict(), "unread_logs": unread}, indent=2))
     elif args.dot:
@@ -623,7 +636,7 @@ def _egress(args: argparse.Namespace) -> int:
         sys.stdout.write(egress.table(report))
     for node in unread:
         print(f"proxy-component egress: could not read the proxy's log on {node}", file=sys.stderr)
-    print(f"proxy-component egress: {source}; {report.lines} connections, {len(report.misses)} NO_PROXY miss(es)",
+    print(f"proxy-component egress: {described}; {report.lines} connections, {len(report.misses)} NO_PROXY miss(es)",
           file=sys.stderr)  # fmt: skip
     return 0
 

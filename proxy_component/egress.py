@@ -34,12 +34,16 @@ from .redaction import mask_url
 __all__ = [
     "AcceptRefusal",
     "Client",
+    "Dropped",
+    "Event",
     "Line",
     "Log",
     "Miss",
     "PodIndex",
     "Report",
+    "Unreadable",
     "dot",
+    "events",
     "parse_log",
     "report",
     "suggest",
@@ -51,6 +55,7 @@ Obj = dict[str, Any]
 PROXY_NAMES = ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "NO_PROXY", "no_proxy")
 """The variables a miss reports from the workload's own spec."""
 CLOCK_SKEW = timedelta(seconds=5)
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 """A line this much before a pod's start still joins to it (the proxy's clock and the API server's differ)."""
 
 _TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)) ")
@@ -63,6 +68,8 @@ _RFC3339 = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:
 
 def _time(text: str) -> datetime:
     """An RFC 3339 time (nanoseconds cut to microseconds), in UTC; ValueError otherwise."""
+    if len(text) == 24 and text[-1] == "Z" and text[10] == "T" and text[19] == ".":  # the access line's own form
+        return datetime.fromisoformat(text[:-1] + "+00:00")
     m = _RFC3339.fullmatch(text)
     if m is None:
         raise ValueError(f"{text!r} is not an RFC 3339 time")
@@ -113,9 +120,25 @@ class AcceptRefusal:
     last_from: str
 
 
+@dataclass(frozen=True)
+class Dropped:
+    """Access lines a proxy's rate bound dropped (its `access-dropped` line)."""
+
+    count: int
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A line that looked like an access line and was not one."""
+
+
+Event = Line | AcceptRefusal | Dropped | Unreadable
+
+
 @dataclass
 class Log:
-    """What the proxies' logs held: access lines, refusals at accept, lines the rate bound dropped, lines not read."""
+    """What the proxies' logs held, in memory (a small log, or the tests'): access lines, refusals at accept, lines
+    the rate bound dropped, lines not read. A large one is read as a stream of events (`events`) instead."""
 
     lines: list[Line] = field(default_factory=list)
     refusals: list[AcceptRefusal] = field(default_factory=list)
@@ -127,6 +150,24 @@ class Log:
         self.refusals += other.refusals
         self.dropped += other.dropped
         self.unreadable += other.unreadable
+
+    def add(self, event: Event) -> None:
+        if isinstance(event, Line):
+            self.lines.append(event)
+        elif isinstance(event, AcceptRefusal):
+            self.refusals.append(event)
+        elif isinstance(event, Dropped):
+            self.dropped += event.count
+        else:
+            self.unreadable += 1
+
+    def events(self) -> Iterator[Event]:
+        yield from self.lines
+        yield from self.refusals
+        if self.dropped:
+            yield Dropped(self.dropped)
+        for _ in range(self.unreadable):
+            yield Unreadable()
 
 
 _FIELDS: dict[str, type] = {
@@ -164,39 +205,46 @@ def _access(obj: Mapping[str, Any], node: str) -> Line | None:
     )  # fmt: skip
 
 
-def parse_log(text: str, node: str = "") -> Log:
-    """The access lines, refusals at accept and drops of one proxy's log (`node`: the proxy's node, if known).
-    Other lines (tinyproxy's own notices, the watcher's) are skipped; a line that looks like an access line and is
-    not one is counted as unreadable."""
-    out = Log()
-    for raw in text.splitlines():
+def events(lines: Iterable[str], node: str = "") -> Iterator[Event]:
+    """The access lines, refusals at accept and drops of one proxy's log, line by line (`node`: the proxy's node,
+    if known). Other lines (tinyproxy's own notices, the watcher's) are skipped; a line that looks like an access
+    line and is not one is Unreadable."""
+    for raw in lines:
         line = raw.strip()
-        stamp: datetime | None = None
-        if m := _TIMESTAMP.match(line):
-            try:
-                stamp = _time(m.group(1))
-            except ValueError:
-                stamp = None
+        stamp = ""  # kubectl's --timestamps, read only for a refusal at accept (an access line has its own)
+        if line[:2] == "20" and (m := _TIMESTAMP.match(line)):
+            stamp = m.group(1)
             line = line[m.end() :]
-        line = _PREFIX.sub("", line, count=1)
+        if line[:1] != "{":
+            line = _PREFIX.sub("", line, count=1)
         if line.startswith("{"):
             try:
                 obj = json.loads(line)
             except ValueError:
-                out.unreadable += '"log"' in line
+                if '"log"' in line:
+                    yield Unreadable()
                 continue
             if not isinstance(obj, dict):
                 continue
-            if obj.get("log") == "access":
+            kind = obj.get("log")
+            if kind == "access":
                 parsed = _access(obj, node)
-                if parsed is None:
-                    out.unreadable += 1
-                else:
-                    out.lines.append(parsed)
-            elif obj.get("log") == "access-dropped" and isinstance(obj.get("dropped"), int):
-                out.dropped += obj["dropped"]
+                yield Unreadable() if parsed is None else parsed
+            elif kind == "access-dropped" and isinstance(obj.get("dropped"), int):
+                yield Dropped(obj["dropped"])
         elif m := _ACCEPT.match(line):
-            out.refusals.append(AcceptRefusal(stamp, node, int(m.group(1)), m.group(2), m.group(3)))
+            try:
+                when: datetime | None = _time(stamp) if stamp else None
+            except ValueError:
+                when = None
+            yield AcceptRefusal(when, node, int(m.group(1)), m.group(2), m.group(3))
+
+
+def parse_log(text: str, node: str = "") -> Log:
+    """`events` of a whole log's text, kept in memory."""
+    out = Log()
+    for event in events(text.splitlines(), node):
+        out.add(event)
     return out
 
 
@@ -270,6 +318,7 @@ class PodIndex:
     def __init__(self, pods: Iterable[Mapping[str, Any]], nodes: Iterable[Mapping[str, Any]] = ()) -> None:
         self.by_address: dict[str, list[tuple[datetime | None, Client]]] = defaultdict(list)
         self.nodes: dict[str, str] = {}
+        self._normal: dict[str, str] = {}
         for node in nodes:
             name = (node.get("metadata") or {}).get("name", "")
             for a in (node.get("status") or {}).get("addresses") or []:
@@ -292,12 +341,17 @@ class PodIndex:
                 self.by_address[_address(ip)].append((started, client))
 
     def client(self, address: str, when: datetime) -> Client:
-        address = _address(address)
-        candidates = [
-            c for started, c in self.by_address.get(address, []) if started is None or started <= when + CLOCK_SKEW
-        ]
-        if candidates:
-            return candidates[-1]
+        """The pod that had `address` at `when`: of those that had started by then, the latest to start (a pod
+        list holds only the pods of its moment); else its node; else UNKNOWN."""
+        address = self._normal.get(address) or self._normal.setdefault(address, _address(address))
+        best: tuple[datetime, str] | None = None
+        found = UNKNOWN
+        for started, c in self.by_address.get(address, ()):
+            moment = started or _EPOCH
+            if moment <= when + CLOCK_SKEW and (best is None or (moment, c.pod) > best):
+                best, found = (moment, c.pod), c
+        if found is not UNKNOWN:
+            return found
         if address in self.nodes:
             return Client("", f"Node/{self.nodes[address]}", "")
         if ipaddress.ip_address(address).is_loopback if _is_ip(address) else False:
@@ -430,7 +484,7 @@ class Report:
         }
 
 
-def _in_cluster(host: str, port: int, method: str, names: Sequence[str]) -> str:
+def _in_cluster(host: str, names: Sequence[str]) -> str:
     """Why a destination is the cluster's own by its name alone ("" when it is not): `names` are the cluster
     domain's suffixes (`.svc`, `.svc.<domain>`, `.<domain>`)."""
     bare = host.rstrip(".")
@@ -447,7 +501,7 @@ Explain = Any  # Callable[[Client, Target], list[Verdict]]: each client's decisi
 
 
 def report(
-    log: Log,
+    source: Log | Iterable[Event],
     index: PodIndex,
     *,
     domain: str = "cluster.local",
@@ -455,47 +509,71 @@ def report(
     verdicts: Explain | None = None,
     since: datetime | None = None,
 ) -> Report:
-    """The report of `log`'s lines at or after `since`. `intent(target)`: the cluster's own decision (explain.intent
-    with the settings), which finds misses by the cluster's ranges and NO_PROXY; without it, by name alone.
-    `verdicts(env, target)`: each client's decision with a workload's variables (explain)."""
+    """The report of the access lines at or after `since`, read once, in any order (a stream of `events` holds no
+    line in memory: only the aggregates). `intent(target)`: the cluster's own decision (explain.intent with the
+    settings), which finds misses by the cluster's ranges and NO_PROXY; without it, by name alone.
+    `verdicts(client, target)`: each client's decision with a workload's variables (explain), for the pod of the
+    workload whose name sorts first."""
     names = (".svc", f".svc.{domain}", f".{domain}")
     by_workload: dict[tuple[str, str], dict[str, Destination]] = defaultdict(lambda: defaultdict(Destination))
     misses: dict[tuple[tuple[str, str], str], Miss] = {}
+    reasons: dict[str, str] = {}
     unknown: set[str] = set()
-    kept = [line for line in log.lines if since is None or line.time >= since]
-    for line in sorted(kept, key=lambda x: (x.time, x.node, x.client, x.client_port)):
+    refusals: list[AcceptRefusal] = []
+    lines = dropped = unreadable = 0
+    first: datetime | None = None
+    last: datetime | None = None
+    for event in source.events() if isinstance(source, Log) else source:
+        if not isinstance(event, Line):
+            if isinstance(event, AcceptRefusal):
+                refusals.append(event)
+            elif isinstance(event, Dropped):
+                dropped += event.count
+            else:
+                unreadable += 1
+            continue
+        line = event
+        if since is not None and line.time < since:
+            continue
+        lines += 1
+        first = line.time if first is None or line.time < first else first
+        last = line.time if last is None or line.time > last else last
         client = index.client(line.client, line.time)
         if client is UNKNOWN:
             unknown.add(_address(line.client))
         by_workload[client.key][line.destination].add(line)
-        target = Target.parse(line.url)
-        reason = ""
-        if intent is not None:
-            if intent(target) == "bypass":
-                reason = _in_cluster(line.host, line.port, line.method, names) or "in the cluster's ranges or NO_PROXY"
-        else:
-            reason = _in_cluster(line.host, line.port, line.method, names)
+        url = line.url
+        reason = reasons.get(url)
+        if reason is None:
+            if intent is not None:
+                bypass = intent(Target.parse(url)) == "bypass"
+                reason = (_in_cluster(line.host, names) or "in the cluster's ranges or NO_PROXY") if bypass else ""
+            else:
+                reason = _in_cluster(line.host, names)
+            reasons[url] = reason
         if reason:
             key = (client.key, line.destination)
             miss = misses.get(key)
             if miss is None:
-                miss = misses[key] = Miss(client, line.destination, line.url, reason=reason)
-                if verdicts is not None:
-                    miss.verdicts = verdicts(client, target)
+                miss = misses[key] = Miss(client, line.destination, url, reason=reason)
+            elif client.pod < miss.client.pod:
+                miss.client = client
             miss.count += 1
-            miss.last_seen = line.time
-    accept = [(r, index.client(r.last_from, r.time or datetime.now(timezone.utc))) for r in log.refusals]
-    times = [line.time for line in kept]
+            miss.last_seen = line.time if miss.last_seen is None or line.time > miss.last_seen else miss.last_seen
+    for miss in misses.values():
+        if verdicts is not None:
+            miss.verdicts = verdicts(miss.client, Target.parse(miss.url))
+    accept = [(r, index.client(r.last_from, r.time or datetime.now(timezone.utc))) for r in refusals]
     return Report(
         {k: dict(v) for k, v in by_workload.items()},
         sorted(misses.values(), key=lambda m: (m.client.key, m.destination)),
-        sorted(accept, key=lambda a: (a[0].node, a[0].cause, a[0].last_from)),
-        len(kept),
-        log.dropped,
-        log.unreadable,
+        sorted(accept, key=lambda a: (a[0].node, a[0].cause, a[0].last_from, a[0].count)),
+        lines,
+        dropped,
+        unreadable,
         sorted(unknown),
-        min(times, default=None),
-        max(times, default=None),
+        first,
+        last,
     )
 
 
@@ -648,9 +726,3 @@ def _no_proxy_entry(host: str) -> str:
     if "svc" in labels:
         return "." + ".".join(labels[labels.index("svc") :])
     return host.rstrip(".")
-
-
-def iter_lines(texts: Iterable[tuple[str, str]]) -> Iterator[Log]:
-    """`parse_log` of each (node, text)."""
-    for node, text in texts:
-        yield parse_log(text, node)
