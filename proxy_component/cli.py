@@ -627,7 +627,8 @@ def _egress(args: argparse.Namespace) -> int:
 
     report = egress.report(events, index, domain=domain, intent=intent_of, verdicts=verdicts, since=cutoff)
     if args.json:
-        print(json.dumps({**report.as_dict(), "unread_logs": unread}, indent=2))
+        json.dump({**report.as_dict(), "unread_logs": unread}, sys.stdout, indent=2)  # streamed: a fleet's is large
+        sys.stdout.write("\n")
     elif args.dot:
         sys.stdout.write(egress.dot(report))
     elif args.suggest:
