@@ -127,10 +127,10 @@ class DrainSettings(TypedDict):
 
 
 class AccessLogSettings(TypedDict):
-    """One JSON line per connection through a node's proxy, as it ends (tinyproxy's `AccessLog`, patch 0025 of the"""
+    """The access log: one JSON line per connection through a node's proxy, as it ends, at most maxLinesPerSecond."""
 
     enabled: NotRequired[pulumi.Input[bool]]
-    """Write an access line for every connection through the proxy (the container's log, or the exporter's when metrics are on); false: none, the other log lines stay."""
+    """Write an access line for every connection through the proxy (the container's log, or the exporter's when metrics are on); false: no AccessLog line is rendered (an image without patch 0025 reads that config), and the other log lines stay."""
 
     max_lines_per_second: NotRequired[pulumi.Input[int]]
     """The most access lines one node's proxy writes a second (tinyproxy's AccessLogRate); the connections over it get no line, and one access-dropped line a second counts them. At about 300 bytes a line, 100 a second is at most about 30 kB/s of log per node."""

@@ -255,20 +255,21 @@ ACCESS_LOG_LINES_PER_SECOND = (1, 10000)  # the accepted range of accessLog.maxL
 
 
 class AccessLogSettings(_Model):
-    """One JSON line per connection through a node's proxy, as it ends (tinyproxy's `AccessLog`, patch 0025 of the
-    project's image): when, the client's address and port, the method, the destination's host and port, whether the
-    upstream relayed it, the status the client got, the result (ok, refused, error) and its cause, the bytes each way
-    and the duration. Never a path, a query, a header or a credential (docs/guides/access-log.md).
+    """The access log: one JSON line per connection through a node's proxy, as it ends, at most maxLinesPerSecond.
 
-    tinyproxy writes at most `maxLinesPerSecond` of them a second, counts those over it and says how many once a
-    second (`access-dropped`), so the lines a node writes are bounded whatever its pods do. A change is reloaded in
-    place: no pod is replaced.
+    tinyproxy's `AccessLog` (patch 0025 of the project's image) says when, the client's address and port, the
+    method, the destination's host and port, whether the upstream relayed it, the status the client got, the result
+    (ok, refused, error) and its cause, the bytes each way and the duration; never a path, a query, a header or a
+    credential (docs/guides/access-log.md). It writes at most `maxLinesPerSecond` lines a second, counts those over
+    it and says how many once a second (`access-dropped`), so the lines a node writes are bounded whatever its pods
+    do. A change is reloaded in place: no pod is replaced.
     """
 
     enabled: bool = Field(
         default=True,
         description="Write an access line for every connection through the proxy (the container's log, or the "
-        "exporter's when metrics are on); false: none, the other log lines stay.",
+        "exporter's when metrics are on); false: no AccessLog line is rendered (an image without patch 0025 reads "
+        "that config), and the other log lines stay.",
     )
     max_lines_per_second: int = Field(
         default=DEFAULT_ACCESS_LOG_LINES_PER_SECOND,

@@ -1031,7 +1031,8 @@ def flood(world: World, name: str, port: int, *, unbounded: bool) -> Flood:
 
     def settled() -> bool:
         access, dropped, refused, _ = tail()
-        return len(access) + sum(d["dropped"] for d in dropped) + refused >= reached
+        logged: int = len(access) + sum(d["dropped"] for d in dropped) + refused
+        return logged >= reached
 
     wait_for(settled, "every connection in a line, a dropped count or a refusal", timeout=120)
     access, dropped, refused, other = tail()
