@@ -48,7 +48,7 @@ def test_the_defaults_turn_it_on_at_100_lines_a_second() -> None:
 )
 def test_the_settings_render_the_directives(given: dict[str, Any], lines: list[str]) -> None:
     """Each once (tinyproxy reads the last of a directive; there is one of each); off, neither: tinyproxy's own
-    default is Off, and an image without patch 0025 (pc6 and older), which refuses the directives, reads the config."""
+    default is Off, and the previous image (pc6, without patch 0025), which refuses the directives, reads the config."""
     assert _conf_lines(given) == lines
 
 
