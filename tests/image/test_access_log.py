@@ -430,8 +430,17 @@ def exchange(
 def line_of(proxy: Proxy, ex: Exchange) -> dict[str, Any]:
     """The access line of that connection (waited for: tinyproxy writes it as the connection ends)."""
 
+    def ended(line: dict[str, Any]) -> float:
+        return datetime.strptime(line["time"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc).timestamp()
+
     def find() -> dict[str, Any] | None:
-        mine = [a for a in proxy.access() if a["client_port"] == ex.client_port and a["client"] == ex.client]
+        # the same address and port, ended after the client connected (an earlier connection, such as
+        # start_proxy's probe, may have had the port)
+        mine = [
+            a
+            for a in proxy.access()
+            if a["client_port"] == ex.client_port and a["client"] == ex.client and ended(a) >= ex.started - 0.5
+        ]
         assert len(mine) <= 1, mine
         return mine[0] if mine else None
 
