@@ -745,7 +745,7 @@ SCENARIOS: dict[str, tuple[bytes, dict[str, Any], dict[str, Any], bool]] = {
     "loop": (  # the proxy asked for itself: the inner connection's line says loop (checked below)
         get(f"http://{ORIGIN}:{MAIN_PORT}/"),
         {},
-        {"host": ORIGIN, "port": MAIN_PORT, "status": 400, "result": "ok"},
+        {"host": ORIGIN, "port": MAIN_PORT, "status": 400},
         False,
     ),
 }
@@ -820,7 +820,10 @@ def test_the_deadlines_took_their_time(causes: Causes) -> None:
 
 def test_the_loop_is_the_inner_connections_cause(world: World, causes: Causes) -> None:
     """tinyproxy asked for itself: its own connection to itself is refused (400, cause loop), whose answer the outer
-    connection relays (ok, 400)."""
+    connection relays (400): ok, or origin-error when the inner side, closing before it read the whole request, ended
+    its close-delimited answer with a reset (which tinyproxy cannot tell from a body cut short)."""
+    outer = causes.lines["loop"]
+    assert (outer["result"], outer["cause"]) in {("ok", ""), ("error", "origin-error")}, outer
     loops = [a for a in world.main.access() if a["cause"] == "loop"]
     assert len(loops) == 1, loops
     # what it read of the outer request before it refused depends on timing; what it wrote is its 400 page
