@@ -12,6 +12,7 @@ import pulumi
 from typing_extensions import NotRequired
 
 __all__ = [
+    "AccessLogSettings",
     "Affinity",
     "CapiSettings",
     "ClusterSettings",
@@ -123,6 +124,16 @@ class DrainSettings(TypedDict):
 
     connection_seconds: NotRequired[pulumi.Input[int]]
     """Then, at most this many seconds for the connections still open to finish (a git clone, an image pull, a websocket through the proxy); those still open after it are cut."""
+
+
+class AccessLogSettings(TypedDict):
+    """The access log: one JSON line per connection through a node's proxy, as it ends, at most maxLinesPerSecond."""
+
+    enabled: NotRequired[pulumi.Input[bool]]
+    """Write an access line for every connection through the proxy (the container's log, or the exporter's when metrics are on); false: no AccessLog line is rendered (an image without patch 0025 reads that config), and the other log lines stay."""
+
+    max_lines_per_second: NotRequired[pulumi.Input[int]]
+    """The most access lines one node's proxy writes a second (tinyproxy's AccessLogRate); the connections over it get no line, and one access-dropped line a second counts them. At about 300 bytes a line, 100 a second is at most about 30 kB/s of log per node."""
 
 
 class MetricsSettings(TypedDict):
@@ -317,6 +328,8 @@ class DeploymentSettings(TypedDict):
     deadlines: NotRequired[pulumi.Input[DeadlineSettings]]
 
     metrics: NotRequired[pulumi.Input[MetricsSettings]]
+
+    access_log: NotRequired[pulumi.Input[AccessLogSettings]]
 
     drain: NotRequired[pulumi.Input[DrainSettings]]
 

@@ -80,6 +80,14 @@ def tinyproxy_conf(settings: Settings, allow: Sequence[str], credentials: bool =
         "# The kubelet's probes ask for this host: tinyproxy answers with its stats page and connects nowhere.",
         f"StatHost {_quote(STAT_HOST)}",
     ]
+    if d.access_log.enabled:  # off: no line, so an image without patch 0025 (tinyproxy's default: Off) reads it too
+        lines += [
+            "",
+            "# A JSON line per connection as it ends (no path, query, header or credential), at most AccessLogRate a",
+            "# second; those over it are counted in one access-dropped line a second.",
+            "AccessLog On",
+            f"AccessLogRate {d.access_log.max_lines_per_second}",
+        ]
     if d.metrics.enabled:
         lines += [
             "",

@@ -29,7 +29,7 @@ TINYPROXY_COMMIT = "364cdb67e0ea00a8e4a7037e2693e0711e816adb"
 TINYPROXY_ARCHIVE = "tinyproxy-364cdb6.tar.gz"
 TINYPROXY_SHA256 = "82e263d49decf3f3cc4e8c82c8e2e671de234ac667bbf8ee9803fd91c8788001"
 _UPSTREAM_VERSION = "1.11.3"  # the archive's VERSION file: release 1.11.3 and the commits after it
-_PATCH_LEVEL = 6
+_PATCH_LEVEL = 7
 TINYPROXY_VERSION = f"{_UPSTREAM_VERSION}-git-{TINYPROXY_COMMIT[:7]}-pc{_PATCH_LEVEL}"
 # The image's user and group, and the settings' default deployment.runAsUser.
 USER_ID = 61888

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from .checks import PREFER_SAME_NODE_GA_MINOR, TRAFFIC_DISTRIBUTION_MINOR, traffic_distribution
 from .deployment import (
+    ACCESS_LOG_LINES_PER_SECOND,
+    DEFAULT_ACCESS_LOG_LINES_PER_SECOND,
     DEFAULT_CONNECTIONS_PER_CLIENT,
     DEFAULT_DENY,
     DEFAULT_FIREWALL_DENY,
@@ -35,6 +37,7 @@ from .deployment import (
     DEFAULT_METRICS_PORT,
     DEFAULT_NEW_CONNECTIONS_PER_SECOND,
     STAT_HOST,
+    AccessLogSettings,
     DeadlineSettings,
     DenyPattern,
     DeploymentSettings,
@@ -122,9 +125,11 @@ from .scheduling import (
 from .trust import TrustedCa, ca_certificates
 
 __all__ = [
+    "ACCESS_LOG_LINES_PER_SECOND",
     "ADMISSION_BETA_MINOR",
     "ADMISSION_GA_MINOR",
     "CHECKS",
+    "DEFAULT_ACCESS_LOG_LINES_PER_SECOND",
     "DEFAULT_CONNECTIONS_PER_CLIENT",
     "DEFAULT_DENY",
     "DEFAULT_FIREWALL_DENY",
@@ -149,6 +154,7 @@ __all__ = [
     "STAT_HOST",
     "SYSTEM_PRIORITY_CLASSES",
     "TRAFFIC_DISTRIBUTION_MINOR",
+    "AccessLogSettings",
     "Affinity",
     "ApiHost",
     "CapiSettings",

@@ -1,14 +1,14 @@
 """The in-cluster tinyproxy, a DaemonSet (`DeploymentSettings`): its images, its Filter and kernel rules
-(`FirewallSettings`), its metrics exporter (`MetricsSettings`), how a pod leaves its node (`DrainSettings`) and how
-long each phase of a connection may take (`DeadlineSettings`)."""
+(`FirewallSettings`), its metrics exporter (`MetricsSettings`), its access log (`AccessLogSettings`), how a pod
+leaves its node (`DrainSettings`) and how long each phase of a connection may take (`DeadlineSettings`)."""
 
 from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, field_validator
+from pydantic import AfterValidator, Field, ValidationError, ValidatorFunctionWrapHandler, field_validator
 
 from ..dataplane.image import DEFAULT_IMAGE as OWN_IMAGE
 from ..dataplane.image import USER_ID as OWN_USER_ID
@@ -250,6 +250,52 @@ class MetricsSettings(_Model):
         return dict(sorted(value.items()))
 
 
+DEFAULT_ACCESS_LOG_LINES_PER_SECOND = 100
+ACCESS_LOG_LINES_PER_SECOND = (1, 10000)  # the accepted range of accessLog.maxLinesPerSecond
+
+
+class AccessLogSettings(_Model):
+    """The access log: one JSON line per connection through a node's proxy, as it ends, at most maxLinesPerSecond.
+
+    tinyproxy's `AccessLog` (patch 0025 of the project's image) says when, the client's address and port, the
+    method, the destination's host and port, whether the upstream relayed it, the status the client got, the result
+    (ok, refused, error) and its cause, the bytes each way and the duration; never a path, a query, a header or a
+    credential (docs/guides/access-log.md). It writes at most `maxLinesPerSecond` lines a second, counts those over
+    it and says how many once a second (`access-dropped`), so the lines a node writes are bounded whatever its pods
+    do. A change is reloaded in place: no pod is replaced.
+    """
+
+    enabled: bool = Field(
+        default=True,
+        description="Write an access line for every connection through the proxy (the container's log, or the "
+        "exporter's when metrics are on); false: no AccessLog line is rendered (an image without patch 0025 reads "
+        "that config), and the other log lines stay.",
+    )
+    max_lines_per_second: int = Field(
+        default=DEFAULT_ACCESS_LOG_LINES_PER_SECOND,
+        ge=ACCESS_LOG_LINES_PER_SECOND[0],
+        le=ACCESS_LOG_LINES_PER_SECOND[1],
+        description="The most access lines one node's proxy writes a second (tinyproxy's AccessLogRate); the "
+        "connections over it get no line, and one access-dropped line a second counts them. At about 300 bytes a "
+        "line, 100 a second is at most about 30 kB/s of log per node.",
+    )
+
+    @field_validator("max_lines_per_second", mode="wrap")
+    @classmethod
+    def _rate(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> int:
+        low, high = ACCESS_LOG_LINES_PER_SECOND
+        try:
+            if isinstance(value, bool):  # YAML's `yes` is no number of lines
+                raise ValueError
+            rate: int = handler(value)
+        except (ValidationError, ValueError):
+            raise ValueError(
+                f"{value!r} is not a whole number of lines a second from {low} to {high} (expected e.g. "
+                f"{DEFAULT_ACCESS_LOG_LINES_PER_SECOND}; turn the access log off with accessLog.enabled: false)"
+            ) from None
+        return rate
+
+
 class DrainSettings(_Model):
     """How a proxy pod leaves its node (a roll, `kubectl drain`, a node's shutdown) without dropping a request.
 
@@ -349,6 +395,7 @@ class DeploymentSettings(_Model):
     firewall: FirewallSettings = Field(default_factory=FirewallSettings)
     deadlines: DeadlineSettings = Field(default_factory=DeadlineSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    access_log: AccessLogSettings = Field(default_factory=AccessLogSettings)
     drain: DrainSettings = Field(default_factory=DrainSettings)
     control_plane: bool = Field(
         default=False, description="Also run on control-plane nodes (node-role.kubernetes.io/control-plane)."

@@ -280,8 +280,9 @@ def test_disabled_deployment_registers_only_the_consumers(mocked: Harness) -> No
 
 
 def test_only_what_tinyproxy_cannot_reload_rolls_the_daemonset(mocked: Harness) -> None:
-    """Issue 35 item 1: connect ports, the upstream, its password and its noUpstream list, the Filter change the
-    config object only (tinyproxy reloads them in place); the port and the kernel ranges change the pod template."""
+    """Issue 35 item 1: connect ports, the upstream, its password and its noUpstream list, the Filter (and issue 46's
+    access log) change the config object only (tinyproxy reloads them in place); the port and the kernel ranges change
+    the pod template."""
     upstream = {"url": "http://svc:first@proxy.corp.example:3128"}
     ClusterProxy("a", ClusterProxyArgs(settings={**IPV6_ONLY, "proxy": {"upstream": upstream}}))
     ClusterProxy(
@@ -292,6 +293,8 @@ def test_only_what_tinyproxy_cannot_reload_rolls_the_daemonset(mocked: Harness) 
         "d": {"proxy": {"upstream": {**upstream, "noUpstream": ["corp.example"]}}},
         "e": {"proxy": {"upstream": {"url": "http://svc:second@proxy.corp.example:3128"}}},
         "f": {"deployment": {"denyDestinations": [r"^127\."]}},
+        "g": {"deployment": {"accessLog": {"enabled": False}}},
+        "h": {"deployment": {"accessLog": {"maxLinesPerSecond": 5}}},
     }
     for name, extra in changed.items():
         ClusterProxy(name, ClusterProxyArgs(settings={**IPV6_ONLY, "proxy": {"upstream": upstream}, **extra}))
@@ -305,6 +308,14 @@ def test_only_what_tinyproxy_cannot_reload_rolls_the_daemonset(mocked: Harness) 
         assert templates[f"{name}-tinyproxy"] == templates["a-tinyproxy"], name
     for name in changed:
         assert configs[f"{name}-tinyproxy-config"] != configs["a-tinyproxy-config"], name
+    # The same resources, by kind and name, for every change that reloads in place: none renamed or replaced.
+    kinds: dict[str, set[tuple[str, str]]] = {}
+    for r in resources:
+        owner, _, rest = r.name.partition("-")
+        kinds.setdefault(owner, set()).add((r.typ, rest))
+    assert (DAEMON_SET, "tinyproxy") in kinds["a"]
+    for name in changed:
+        assert kinds[name] == kinds["a"], (name, kinds[name] ^ kinds["a"])
     restart = {name: t["metadata"]["annotations"][RESTART_ANNOTATION] for name, t in templates.items()}
     assert restart["port-tinyproxy"].startswith("port=3129 ")
     assert restart["ranges-tinyproxy"] != restart["a-tinyproxy"]

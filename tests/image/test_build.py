@@ -177,7 +177,7 @@ def test_an_sbom_document_declares_the_tinyproxy_built_from_upstreams_commit(bui
     binary = hashlib.sha256((built.root / "usr/bin/tinyproxy").read_bytes()).hexdigest()
     assert package["checksums"] == [{"algorithm": "SHA256", "checksumValue": binary}]
     patches = sorted(p.name for p in (ROOT / "images/proxy/tinyproxy/patches").glob("*.patch"))
-    assert len(patches) == 24
+    assert len(patches) == 25
     assert all(name in package["sourceInfo"] for name in patches)
     assert "GNU GENERAL PUBLIC LICENSE" in (built.root / "usr/share/doc/tinyproxy/copyright").read_text()
     labels = built.config["config"]["Labels"]

@@ -63,7 +63,7 @@ def test_a_version_that_makes_no_tag_is_refused_by_name(version: str) -> None:
 
 def test_both_containers_and_the_probe_pods_default_to_the_projects_image() -> None:
     settings = parse_settings({"cluster": CLUSTER})
-    assert DEFAULT_IMAGE == "ghcr.io/proxy-component/proxy:1.11.3-git-364cdb6-pc6"
+    assert DEFAULT_IMAGE == "ghcr.io/proxy-component/proxy:1.11.3-git-364cdb6-pc7"
     assert settings.deployment.image == settings.deployment.firewall.image == DEFAULT_IMAGE
     # the image's user (scripts/image reads USER_ID too) is the UID the settings run tinyproxy and the probes as
     assert settings.deployment.run_as_user == USER_ID == 61888
@@ -98,7 +98,7 @@ def test_scripts_image_builds_the_reference_the_settings_default_to(arch: str) -
 def test_the_tag_names_upstreams_commit_and_the_archive_is_the_pinned_one() -> None:
     """The version (and so the tag) names upstream's commit; the shared archive of that commit has the pinned
     digest, and it is the one tinyproxy-sources' README lists for that commit."""
-    assert f"1.11.3-git-{TINYPROXY_COMMIT[:7]}-pc6" == TINYPROXY_VERSION
+    assert f"1.11.3-git-{TINYPROXY_COMMIT[:7]}-pc7" == TINYPROXY_VERSION
     assert DEFAULT_IMAGE.endswith(f":{tag_for(TINYPROXY_VERSION)}")
     sources = ROOT.parent / "shared" / "tinyproxy-sources"
     assert hashlib.sha256((sources / TINYPROXY_ARCHIVE).read_bytes()).hexdigest() == TINYPROXY_SHA256

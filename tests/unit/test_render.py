@@ -422,8 +422,8 @@ def test_images_are_versioned_and_pulled_if_not_present_by_default() -> None:
     containers = [*pod["initContainers"], *pod["containers"]]
     # One image, the project's own (scripts/image), for the firewall init container and tinyproxy.
     assert [c["image"] for c in containers] == [
-        "ghcr.io/proxy-component/proxy:1.11.3-git-364cdb6-pc6",
-        "ghcr.io/proxy-component/proxy:1.11.3-git-364cdb6-pc6",
+        "ghcr.io/proxy-component/proxy:1.11.3-git-364cdb6-pc7",
+        "ghcr.io/proxy-component/proxy:1.11.3-git-364cdb6-pc7",
     ]
     assert {c["imagePullPolicy"] for c in containers} == {"IfNotPresent"}
     assert not any(image_is_mutable(c["image"]) for c in containers)

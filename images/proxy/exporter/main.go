@@ -3,7 +3,8 @@
 //
 // It reads two things tinyproxy already makes, and nothing else: its stats page (over loopback, with the StatHost
 // name; connections open, connections accepted, bad, denied) and its log file (the causes: Allow, Filter, capacity,
-// upstream failures, config reloads). tinyproxy never waits for it: the log is a regular file in a volume both
+// upstream failures, config reloads; and the access log's lines, patch 0025: each passed on as it is, counted by
+// result, and the lines tinyproxy dropped over its AccessLogRate summed from its access-dropped lines). tinyproxy never waits for it: the log is a regular file in a volume both
 // containers mount, which tinyproxy appends to and the exporter reads, then frees what it has read by punching a
 // hole (the file's size grows, its blocks do not). The exporter's death leaves tinyproxy serving; the file then grows
 // until the exporter is back, which resumes where it stopped (its offset is kept beside the log).
@@ -55,6 +56,37 @@ var (
 
 const statHostMessage = "Request for the stathost."
 
+// The access log's messages (patch 0025): one JSON object each.
+const (
+	accessPrefix  = `{"log":"access",`
+	droppedPrefix = `{"log":"access-dropped",`
+)
+
+// countAccess counts an access line by its result, or an access-dropped line's count; false when msg is neither.
+func (c *counters) countAccess(msg string) bool {
+	switch {
+	case strings.HasPrefix(msg, accessPrefix):
+		var line struct {
+			Result string `json:"result"`
+		}
+		if json.Unmarshal([]byte(msg), &line) == nil {
+			if _, ok := c.access[line.Result]; ok {
+				c.access[line.Result]++
+			}
+		}
+		return true
+	case strings.HasPrefix(msg, droppedPrefix):
+		var line struct {
+			Dropped uint64 `json:"dropped"`
+		}
+		if json.Unmarshal([]byte(msg), &line) == nil {
+			c.accessDropped += line.Dropped
+		}
+		return true
+	}
+	return false
+}
+
 type counters struct {
 	stathost       uint64
 	refusals       map[string]uint64 // by cause
@@ -64,6 +96,8 @@ type counters struct {
 	reloads        map[string]uint64 // by result
 	starts         uint64
 	messages       map[string]uint64 // by level
+	access         map[string]uint64 // access lines, by result
+	accessDropped  uint64            // access lines tinyproxy dropped over AccessLogRate
 	generation     string
 	generationRead bool
 	starting       bool // between "Initializing" and the first load, which is no reload
@@ -76,6 +110,7 @@ func newCounters() *counters {
 		upstream:  map[string]uint64{"unreachable": 0, "no_upstream": 0, "auth": 0},
 		reloads:   map[string]uint64{"success": 0, "failure": 0},
 		messages:  map[string]uint64{"critical": 0, "error": 0, "warning": 0, "notice": 0},
+		access:    map[string]uint64{"ok": 0, "refused": 0, "error": 0},
 	}
 }
 
@@ -106,6 +141,9 @@ func (e *exporter) count(line string) bool {
 	level, msg := strings.ToLower(m[1]), m[2]
 	if _, ok := e.c.messages[level]; ok {
 		e.c.messages[level]++
+	}
+	if e.c.countAccess(msg) {
+		return true // passed on: an access line holds no '@' (tinyproxy keeps only what follows a host's last '@'), so the redaction below leaves it as it is
 	}
 	switch {
 	case msg == statHostMessage:
@@ -380,6 +418,14 @@ func (e *exporter) metrics() []byte {
 		rel.add(fmt.Sprintf(`{result="%s"}`, k), c.reloads[k])
 	}
 	newFam("tinyproxy_starts_total", "counter", "tinyproxy starts seen in the log.").add("", c.starts)
+	acc := newFam("tinyproxy_access_log_lines_total", "counter",
+		"Access log lines (one per connection, at most AccessLogRate a second), by result, from the log.")
+	for _, k := range sortedKeys(c.access) {
+		acc.add(fmt.Sprintf(`{result="%s"}`, k), c.access[k])
+	}
+	newFam("tinyproxy_access_log_dropped_total", "counter",
+		"Access log lines tinyproxy dropped over AccessLogRate (its access-dropped lines' counts), from the log.").
+		add("", c.accessDropped)
 	msgs := newFam("tinyproxy_log_messages_total", "counter", "Log lines, by level.")
 	for _, k := range sortedKeys(c.messages) {
 		msgs.add(fmt.Sprintf(`{level="%s"}`, k), c.messages[k])

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -189,5 +191,69 @@ func TestFirewallCounters(t *testing.T) {
 	none.statsAddr, none.client = e.statsAddr, e.client
 	if strings.Contains(string(none.metrics()), "tinyproxy_firewall_refusals_total") {
 		t.Fatal("no listing yet: no firewall series")
+	}
+}
+
+// jsonString is how tinyproxy's access log writes a string (access-log.c json_text): '"' and '\' escaped, every byte
+// below 0x20 or above 0x7e as \u00XX.
+func jsonString(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c < 0x20 || c > 0x7e:
+			fmt.Fprintf(&b, `\u%04x`, c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+// Patch 0025's access lines are passed on byte for byte, whatever host a client named (quotes, backslashes, control
+// and high bytes, what looks like a URL with a user), and counted by result; access-dropped lines sum their counts.
+func TestAccessLinesPassedOnUnchanged(t *testing.T) {
+	e, out, path := newTest(t)
+	hosts := []string{"origin.example", `a"b\c`, "x\x01\x1f\x7f\x80\xff", "http://user:pw", "::1", "%41@", ""}
+	var lines []string
+	for i, host := range hosts {
+		result := []string{"ok", "refused", "error"}[i%3]
+		lines = append(lines, prefix+fmt.Sprintf(`{"log":"access","time":"2026-11-28T18:49:05.123Z","client":"fd00:10:244::5",`+
+			`"client_port":55204,"method":"CONNECT","host":"%s","port":443,"upstream":false,"status":200,"result":"%s",`+
+			`"cause":"","bytes_from_client":123,"bytes_to_client":456,"duration_ms":1234}`, jsonString(host), result))
+	}
+	lines = append(lines,
+		prefix+`{"log":"access-dropped","time":"2026-11-28T18:49:06.001Z","dropped":41}`,
+		prefix+`{"log":"access-dropped","time":"2026-11-28T18:49:07.002Z","dropped":1}`,
+	)
+	appendLog(t, path, lines...)
+	e.drain()
+	if got := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n"); strings.Join(got, "\n") != strings.Join(lines, "\n") {
+		t.Fatalf("passed on:\n%s\nwant:\n%s", out.String(), strings.Join(lines, "\n"))
+	}
+	for _, line := range lines {
+		msg := strings.TrimPrefix(line, prefix)
+		if !json.Valid([]byte(msg)) {
+			t.Fatalf("not JSON: %s", msg)
+		}
+	}
+	if c := e.c; c.access["ok"] != 3 || c.access["refused"] != 2 || c.access["error"] != 2 || c.accessDropped != 42 ||
+		c.messages["notice"] != uint64(len(lines)) {
+		t.Fatalf("counts: %+v", c)
+	}
+	e.statsAddr, e.client = "127.0.0.1:1", &http.Client{Timeout: time.Second} // no tinyproxy: tinyproxy_up 0
+	text := string(e.metrics())
+	for _, want := range []string{
+		`tinyproxy_access_log_lines_total{result="ok"} 3`,
+		`tinyproxy_access_log_lines_total{result="refused"} 2`,
+		`tinyproxy_access_log_lines_total{result="error"} 2`,
+		`tinyproxy_access_log_dropped_total 42`,
+	} {
+		if !strings.Contains(text, want+"\n") {
+			t.Fatalf("missing %q in:\n%s", want, text)
+		}
 	}
 }
