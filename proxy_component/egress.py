@@ -5,9 +5,10 @@ it, optionally Nodes) and never the network; `live/egress.py` fetches them from 
 
 A proxy's log holds one access line per connection when it ends (`{"log":"access", ...}`, tinyproxy's patch 0025;
 docs/guides/access-log.md), lines dropped by its rate bound (`{"log":"access-dropped","dropped":N}`), and tinyproxy's
-aggregated refusals at accept (`Refused N connection(s) at accept: <cause> (last from <address>)`). A line may carry
-tinyproxy's own prefix (`NOTICE   Nov 28 18:49:05.123 [7]: `, when tinyproxy writes to stderr), the metrics
-container passes the message alone, and `kubectl logs --timestamps` puts an RFC 3339 time first: all are read.
+aggregated refusals at accept (`Refused N connection(s) at accept: <cause> (last from <address>)`). A line carries
+tinyproxy's own prefix (`NOTICE    Nov 28 18:49:05.123 [7]: `, in the tinyproxy container's log, or in the metrics
+container's, which passes tinyproxy's log file on line by line), and `kubectl logs --timestamps` puts an RFC 3339
+time first: both are read, and a bare JSON line too.
 
 A client address is joined to the pod that had it then (the pod list is a snapshot: a pod that started after the
 line, or an address no pod has now, stays `unknown`); a host-network client is its node. A request through the
