@@ -1277,3 +1277,90 @@ def test_a_pod_trusts_the_corporate_ca_through_the_cluster_trust_bundle_before_a
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=10)
         run("ip", "-n", real.internet, "addr", "del", f"{ROTATED}/24", "dev", "br0", check=False)
+
+
+def test_egress_reports_who_reached_what_and_the_no_proxy_miss_live_and_offline(
+    real: RealNode, example: Project, clients: dict[str, str]
+) -> None:
+    """Issue 46, must-show 1: pods in two namespaces on the real nodes. `client` (default, given proxy-config)
+    reaches the origin through its node's proxy; `miss` (namespace egress-b) sets HTTP_PROXY and HTTPS_PROXY itself
+    and no NO_PROXY, so its call to the API server's in-cluster name goes to the proxy. `proxy-component egress`
+    from the cluster (the access lines through the metrics container, under the egress role's requests) lists both
+    namespaces and workloads with their destinations and flags the second as a NO_PROXY miss with its cause and the
+    pod's variables; the same report comes from the saved logs and pod list offline."""
+    settings = _settings()
+    settings["deployment"]["metrics"] = {"enabled": True}
+    (example.dir / "proxy.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
+    example.up()
+    proxy = "http://http-proxy.kube-system.svc.k8s.internal:8888"
+    real.kubectl("create", "namespace", "egress-b")
+    pod = _pod("miss", real.node, real.tool.parent, ["sleep", "86400"], env_from=False)
+    pod["metadata"]["namespace"] = "egress-b"
+    pod["spec"]["containers"][0]["env"] = [
+        {"name": "HTTP_PROXY", "value": proxy},
+        {"name": "HTTPS_PROXY", "value": proxy},
+    ]
+    pod["spec"]["volumes"] = [v for v in pod["spec"]["volumes"] if v["name"] == "tools"]
+    pod["spec"]["containers"][0]["volumeMounts"] = [
+        m for m in pod["spec"]["containers"][0]["volumeMounts"] if m["name"] == "tools"
+    ]
+    try:
+        real.kubectl("create", "-f", "-", stdin=json.dumps(pod))
+        real.kubectl("-n", "egress-b", "wait", "--for=condition=Ready", "pod/miss", "--timeout=120s", timeout=150)
+        client = clients[real.node]
+        assert real.fetch(client, "http://origin.example/egress") == {
+            "http://origin.example/egress": f"ok 200 origin saw /egress from {NODE_ON_INTERNET}"
+        }
+        in_cluster = "https://kubernetes.default.svc.k8s.internal/version"
+        out = real.kubectl("-n", "egress-b", "exec", "miss", "--", "/tools/tool", "fetch", in_cluster, timeout=180)
+        assert json.loads(out.strip().splitlines()[-1])[in_cluster].startswith("error "), out
+        config = example.dir / "proxy.yaml"
+
+        def report() -> dict[str, Any]:
+            done = run(sys.executable, "-m", "proxy_component.cli", "egress", str(config), "--kubeconfig",
+                       str(real.kubeconfig), "--since", "10m", "--json", cwd=ROOT, timeout=120)  # fmt: skip
+            data: dict[str, Any] = json.loads(done.stdout)
+            return data
+
+        seen: list[dict[str, Any]] = [{}]
+
+        def both_logged() -> bool:  # the exporter passes the file's lines on within a second or two
+            seen[0] = report()
+            return len(seen[0]["no_proxy_misses"]) >= 1 and any(
+                w["namespace"] == "default" for w in seen[0]["workloads"]
+            )
+
+        wait(both_logged, f"the access lines in the report (last: {seen})", timeout=60)
+        live = seen[0]
+        by_workload = {(w["namespace"], w["workload"]): w["destinations"] for w in live["workloads"]}
+        origin = [d for d in by_workload[("default", f"Pod/{client}")] if d["destination"] == "origin.example:80"]
+        assert origin, by_workload
+        assert origin[0]["requests"] >= 1
+        assert origin[0]["bytes_to_client"] > 0
+        (miss,) = [m for m in live["no_proxy_misses"] if m["namespace"] == "egress-b"]
+        assert miss["workload"] == "Pod/miss"
+        assert miss["destination"] == "kubernetes.default.svc.k8s.internal:443"
+        assert miss["reason"] == "the name ends with .svc.k8s.internal"
+        assert miss["variables"] == {"HTTP_PROXY": proxy, "HTTPS_PROXY": proxy}
+        go = [c for c in miss["clients"] if c["client"] == "go"]
+        assert go, miss["clients"]
+        assert "no NO_PROXY" in go[0]["why"], miss["clients"]
+        print(f"realnode: egress (live) {len(live['workloads'])} workloads, {live['lines']} connections, misses "
+              f"{[(m['namespace'], m['workload'], m['destination']) for m in live['no_proxy_misses']]}", file=sys.stderr)  # fmt: skip
+
+        saved = real.workdir / "egress-saved"
+        (saved / "logs").mkdir(parents=True, exist_ok=True)
+        for node in real.nodes:
+            name = real.proxy_pod(node)["metadata"]["name"]
+            text = real.kubectl("-n", "kube-system", "logs", name, "-c", "metrics", "--timestamps", "--since=10m")
+            (saved / "logs" / f"{node}.log").write_text(text)
+        (saved / "pods.json").write_text(real.kubectl("get", "pods", "-A", "-o", "json"))
+        done = run(sys.executable, "-m", "proxy_component.cli", "egress", str(config), "--logs", str(saved / "logs"),
+                   "--pods", str(saved / "pods.json"), "--json", cwd=ROOT, timeout=120)  # fmt: skip
+        offline = json.loads(done.stdout)
+        assert offline["no_proxy_misses"] == [m for m in live["no_proxy_misses"] if m in offline["no_proxy_misses"]]
+        assert miss in offline["no_proxy_misses"]
+        offline_origin = {(w["namespace"], w["workload"]): w["destinations"] for w in offline["workloads"]}
+        assert any(d["destination"] == "origin.example:80" for d in offline_origin[("default", f"Pod/{client}")])
+    finally:
+        real.kubectl("delete", "namespace", "egress-b", "--ignore-not-found", "--wait=false")
