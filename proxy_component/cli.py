@@ -625,7 +625,15 @@ def _egress(args: argparse.Namespace) -> int:
             env = resolve_env(bound, no_proxy, dict(client.variables), client.env_from)
             return [egress.Verdict(c, d, why) for c, d, why in miss_verdicts(bound, no_proxy, env, target)]
 
-    report = egress.report(events, index, domain=domain, intent=intent_of, verdicts=verdicts, since=cutoff)
+    kernel: list[tuple[str, Any]] = []
+    if settings is not None and settings.deployment.firewall.enabled:  # its kernel rules' refusals, by rule
+        import ipaddress
+
+        kernel = [("deny-ranges", ipaddress.ip_network(c)) for c in settings.deployment.firewall.deny_cidrs]
+        kernel += [("cluster-ranges", ipaddress.ip_network(c)) for c in settings.cluster_destinations(None)]
+    report = egress.report(
+        events, index, domain=domain, intent=intent_of, verdicts=verdicts, since=cutoff, kernel=kernel
+    )
     if args.json:
         json.dump({**report.as_dict(), "unread_logs": unread}, sys.stdout, indent=2)  # streamed: a fleet's is large
         sys.stdout.write("\n")

@@ -24,7 +24,7 @@ import json
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -515,12 +515,14 @@ def report(
     intent: Intent | None = None,
     verdicts: Explain | None = None,
     since: datetime | None = None,
+    kernel: Sequence[tuple[str, Any]] = (),
 ) -> Report:
     """The report of the access lines at or after `since`, read once, in any order (a stream of `events` holds no
     line in memory: only the aggregates). `intent(target)`: the cluster's own decision (explain.intent with the
     settings), which finds misses by the cluster's ranges and NO_PROXY; without it, by name alone.
     `verdicts(client, target)`: each client's decision with a workload's variables (explain), for the pod of the
-    workload whose name sorts first."""
+    workload whose name sorts first. `kernel`: the ranges the proxy's kernel rules refuse it (rule name, network):
+    a `connect` failure to an address in one is reported as `kernel-rules:<rule>` (the rules reset the connect)."""
     names = (".svc", f".svc.{domain}", f".{domain}")
     by_workload: dict[tuple[str, str], dict[str, Destination]] = defaultdict(lambda: defaultdict(Destination))
     misses: dict[tuple[tuple[str, str], str], Miss] = {}
@@ -545,6 +547,11 @@ def report(
         lines += 1
         first = line.time if first is None or line.time < first else first
         last = line.time if last is None or line.time > last else last
+        if kernel and line.cause == "connect" and _is_ip(line.host):
+            address = ipaddress.ip_address(line.host)
+            rule = next((r for r, net in kernel if address.version == net.version and address in net), None)
+            if rule is not None:
+                line = replace(line, cause=f"kernel-rules:{rule}")
         client = index.client(line.client, line.time)
         if client is UNKNOWN:
             unknown.add(_address(line.client))

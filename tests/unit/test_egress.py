@@ -306,3 +306,27 @@ def test_bad_input_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str], 
     err = capsys.readouterr().err
     assert message in err
     assert "Traceback" not in err
+
+
+def test_a_connect_the_kernel_rules_reset_is_named_by_rule(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A `connect` failure to an address the proxy's own kernel rules refuse (dataplane/firewall.py) is reported as
+    those rules' refusal, by rule; a `connect` failure elsewhere stays `connect`."""
+    logs, pods, settings = _offline(tmp_path)
+    (logs / "node-a.log").write_text(
+        "\n".join(
+            [
+                access("10.244.1.5", "169.254.169.254", 80, result="error", cause="connect", status=500),
+                access("10.244.1.5", "10.96.0.10", 443, result="error", cause="connect", status=500),
+                access("10.244.1.5", "198.51.100.7", 443, result="error", cause="connect", status=500),
+            ]
+        )
+        + "\n"
+    )
+    assert main(["egress", str(settings), "--logs", str(logs), "--pods", str(pods), "--json"]) == 0
+    (web,) = [w for w in json.loads(capsys.readouterr().out)["workloads"] if w["workload"] == "Deployment/web"]
+    refused = {d["destination"]: d["refused"] for d in web["destinations"]}
+    assert refused == {
+        "169.254.169.254:80": {"kernel-rules:deny-ranges": 1},
+        "10.96.0.10:443": {"kernel-rules:cluster-ranges": 1},
+        "198.51.100.7:443": {"connect": 1},
+    }
