@@ -400,10 +400,12 @@ def test_whitespace_before_a_colon_in_a_request(result: Result) -> None:
 def test_whitespace_after_a_colon_is_not_refused(result: Result) -> None:
     """The control: the same whitespace after the colon (OWS around a value, RFC 9112 section 5) is forwarded as one
     request with the intended body by the image's binary, for each of the nine names."""
-    if result.flavour == "upstream":
-        pytest.skip("the control is the image's: upstream's binary is only measured for the flaws")
     failures, total = _failures(result, "control: whitespace after the colon")
     assert total == len(REQUEST_NAMES) * len(WHITESPACE), total
+    if result.flavour == "upstream":  # measured, not judged: the harness sends valid requests it forwards
+        print(f"upstream 364cdb6 forwarded {total - len(failures)}/{total} control requests as sent")
+        assert len(failures) < total, "upstream forwarded none of the controls: the harness, not the binary"
+        return
     assert not failures, f"{len(failures)}/{total} failed:\n" + "\n".join(failures[:40])
 
 
