@@ -355,7 +355,7 @@ class PodIndex:
             return found
         if address in self.nodes:
             return Client("", f"Node/{self.nodes[address]}", "")
-        if ipaddress.ip_address(address).is_loopback if _is_ip(address) else False:
+        if _is_ip(address) and ipaddress.ip_address(address).is_loopback:
             return Client("", "Node/(the proxy's own)", "")
         return UNKNOWN
 

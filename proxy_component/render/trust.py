@@ -273,23 +273,20 @@ def _anchor_pem(cert: Any) -> str | None:
     return pem
 
 
-def _anchors(*pems: str) -> tuple[str, int]:
-    """The certificates of `pems` the API server takes, each once, in order, and how many it would not."""
-    seen: set[str] = set()
-    out: list[str] = []
-    left = 0
-    for pem in pems:
-        total = len(ca_certificates(pem))
-        certs = _certificates(pem)
-        left += total - len(certs)
-        for cert in certs:
-            anchor = _anchor_pem(cert)
-            if anchor is None:
-                left += 1
-            elif anchor not in seen:
-                seen.add(anchor)
-                out.append(anchor)
-    return "".join(out), left
+@functools.cache
+def _anchors(pem: str) -> tuple[tuple[str, ...], int]:
+    """The certificates of `pem` the API server takes in a bundle, each once, in order, and how many it would not
+    (cached: certifi's roots are read once per process, as `bundle` reads them)."""
+    out: dict[str, None] = {}
+    certs = _certificates(pem)
+    left = len(ca_certificates(pem)) - len(certs)
+    for cert in certs:
+        anchor = _anchor_pem(cert)
+        if anchor is None:
+            left += 1
+        else:
+            out[anchor] = None
+    return tuple(out), left
 
 
 def cluster_trust_bundle_names() -> list[str]:
@@ -306,14 +303,13 @@ def cluster_trust_bundles(settings: Settings, roots: PublicRoots | None = None) 
         raise ValueError("proxy.upstream.trustedCa is not set: there is no trust bundle to render")
     made = bundle(settings.trusted_ca, roots or certifi_roots())
     corporate, _ = _anchors(made.corporate)
-    public = roots or certifi_roots()
-    kept, left = _anchors(public.pem)
-    merged, _ = _anchors(public.pem, made.corporate)
+    kept, left = _anchors((roots or certifi_roots()).pem)
+    merged = "".join(dict.fromkeys((*kept, *corporate)))
     refused = f"; {left} more that the API server refuses left out" if left else ""
     out: list[Obj] = []
     for key, pem, note in (
-        (CORPORATE_KEY, corporate, None),
-        (MERGED_KEY, merged, f"{made.source} ({len(ca_certificates(kept))} certificates{refused})"),
+        (CORPORATE_KEY, "".join(corporate), None),
+        (MERGED_KEY, merged, f"{made.source} ({len(kept)} certificates{refused})"),
     ):
         kind = CTB_BUNDLES[key]
         out.append(
