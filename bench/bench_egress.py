@@ -4,11 +4,15 @@ Run from the repository root:
 
     .venv/bin/python bench/bench_egress.py                       # 50 nodes, 24 h, 1 connection/s per node
     .venv/bin/python bench/bench_egress.py --nodes 50 --hours 24 --rate 5 --json
+    .venv/bin/python bench/bench_egress.py --live                # the same logs read through the API
 
 It writes, into a temporary directory, one saved log per node (`<node>.log`, as `kubectl logs --timestamps` of the
 metrics container gives it: an RFC 3339 time, then the access line's JSON) and a pod list, then runs the real
 command offline (`proxy-component egress CONFIG --logs DIR --pods pods.json --json`) in a child process and reports
-its wall time, its peak resident memory (the child's ru_maxrss) and the report's size.
+its wall time, its peak resident memory (the child's ru_maxrss) and the report's size. With `--live`, the command
+reads them as it does from a cluster instead (`proxy-component egress CONFIG --kubeconfig K --json`): a loopback
+server in this process plays the API server (the proxy pods, every pod, the nodes) and streams each node's log as a
+pod's log, in chunks, as the kubelet does.
 
 What the logs hold (seeded, the same every run): 30 pods per node in 20 namespaces (600 Deployments' pods, some
 dual-stack), each connection from a random pod of its node to one of 400 external hosts (Zipf-weighted: a few hosts
@@ -22,12 +26,14 @@ default) caps what a node can write at all.
 from __future__ import annotations
 
 import argparse
+import http.server
 import json
 import random
 import resource
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -106,6 +112,61 @@ def _write(directory: Path, nodes: int, hours: float, rate: float, per_node: int
     return lines, size
 
 
+class _Api(http.server.BaseHTTPRequestHandler):
+    """The API server's answers to `egress`: its lists in one page each, each proxy pod's log streamed (chunked)."""
+
+    work: Path
+    nodes: int
+
+    def do_GET(self) -> None:
+        path = self.path.split("?")[0]
+        proxies = [{"metadata": {"name": f"http-proxy-{n:02d}", "namespace": "kube-system"},
+                    "spec": {"nodeName": f"node-{n:02d}"}} for n in range(self.nodes)]  # fmt: skip
+        if path.startswith("/api/v1/namespaces/kube-system/pods/http-proxy-") and path.endswith("/log"):
+            node = "node-" + path.split("/")[-2].rsplit("-", 1)[1]
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            with (self.work / "logs" / f"{node}.log").open("rb") as log:
+                while chunk := log.read(1 << 16):
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            self.wfile.write(b"0\r\n\r\n")
+            return
+        body: object = {"kind": "Status", "code": 404}
+        status = 404
+        if path == "/api/v1/namespaces/kube-system/pods":
+            status, body = 200, {"items": proxies, "metadata": {}}
+        elif path == "/api/v1/pods":
+            status, body = 200, {**json.loads((self.work / "pods.json").read_text()), "metadata": {}}
+        elif path == "/api/v1/nodes":
+            status, body = 200, {"items": [], "metadata": {}}
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def _live(work: Path, nodes: int) -> list[str]:
+    """Serve the API on loopback for the child; the arguments that read the cluster through it."""
+    handler = type("Api", (_Api,), {"work": work, "nodes": nodes})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    kubeconfig = work / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "bench",
+        "clusters": [{"name": "bench", "cluster": {"server": f"http://127.0.0.1:{server.server_address[1]}"}}],
+        "contexts": [{"name": "bench", "context": {"cluster": "bench", "user": "bench"}}],
+        "users": [{"name": "bench", "user": {"token": "bench"}}],
+    }))  # fmt: skip
+    return ["--kubeconfig", str(kubeconfig)]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=50)
@@ -113,6 +174,7 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=1.0, help="connections a second per node (average)")
     parser.add_argument("--pods-per-node", type=int, default=30)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--live", action="store_true", help="read the logs through a loopback API server")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-egress-") as tmp:
         work = Path(tmp)
@@ -126,9 +188,9 @@ def main() -> int:
         print(f"generated {lines:,} lines, {size / 2**20:,.0f} MiB, in {generated:.0f} s", file=sys.stderr)
         before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
         t0 = time.perf_counter()
+        source = _live(work, args.nodes) if args.live else ["--logs", str(logs), "--pods", str(work / "pods.json")]
         done = subprocess.run(
-            [sys.executable, "-m", "proxy_component.cli", "egress", str(work / "proxy.yaml"), "--logs", str(logs),
-             "--pods", str(work / "pods.json"), "--json"],
+            [sys.executable, "-m", "proxy_component.cli", "egress", str(work / "proxy.yaml"), *source, "--json"],
             capture_output=True, text=True, cwd=ROOT, check=False,
         )  # fmt: skip
         wall = time.perf_counter() - t0
@@ -138,7 +200,7 @@ def main() -> int:
             return 1
         report = json.loads(done.stdout)
     figures = {
-        "nodes": args.nodes, "hours": args.hours, "rate_per_node": args.rate, "lines": lines,
+        "source": "API" if args.live else "files", "nodes": args.nodes, "hours": args.hours, "rate_per_node": args.rate, "lines": lines,
         "log_mib": round(size / 2**20, 1), "wall_s": round(wall, 1), "lines_per_s": round(lines / wall),
         "peak_rss_mib": round(max(peak, before) / 1024, 1), "connections": report["lines"],
         "workloads": len(report["workloads"]), "misses": len(report["no_proxy_misses"]),

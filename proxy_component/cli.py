@@ -590,26 +590,10 @@ def _egress(args: argparse.Namespace) -> int:
         events = _streamed(saved)
         described = f"{len(saved)} saved log(s)"
     else:
-        from .live.egress import read_egress
-
         assert settings is not None  # main() requires CONFIG or --stack without --logs
-        cluster = None
-        try:
-            cluster = _connect(args, layered)
-            log, index, unread = read_egress(settings, cluster, since)
-        except CheckError as exc:
-            print(f"proxy-component egress: {exc}", file=sys.stderr)
-            return EXIT_INVALID
-        except (SettingsError, NoProxyError, ValueError):
-            raise
-        except Exception as exc:
-            return _crash("egress: internal error", exc, scrub, settings)
-        finally:
-            if cluster is not None:
-                cluster.settle()
         cutoff = None
-        events = log
-        described = f"{cluster.server}: {cluster.requests} API requests"
+        described = ""
+        events = None  # read below, as the report consumes them
     intent_of = verdicts = None
     no_proxy = None
     domain = "cluster.local"
@@ -631,9 +615,32 @@ def _egress(args: argparse.Namespace) -> int:
 
         kernel = [("deny-ranges", ipaddress.ip_network(c)) for c in settings.deployment.firewall.deny_cidrs]
         kernel += [("cluster-ranges", ipaddress.ip_network(c)) for c in settings.cluster_destinations(None)]
-    report = egress.report(
-        events, index, domain=domain, intent=intent_of, verdicts=verdicts, since=cutoff, kernel=kernel
-    )
+    if events is not None:
+        report = egress.report(
+            events, index, domain=domain, intent=intent_of, verdicts=verdicts, since=cutoff, kernel=kernel
+        )
+    else:
+        from .live.egress import read_egress
+
+        assert settings is not None
+        cluster = None
+        try:
+            cluster = _connect(args, layered)
+            stream, index, unread = read_egress(settings, cluster, since)
+            report = egress.report(
+                stream, index, domain=domain, intent=intent_of, verdicts=verdicts, since=cutoff, kernel=kernel
+            )
+        except CheckError as exc:
+            print(f"proxy-component egress: {exc}", file=sys.stderr)
+            return EXIT_INVALID
+        except (SettingsError, NoProxyError, ValueError):
+            raise
+        except Exception as exc:
+            return _crash("egress: internal error", exc, scrub, settings)
+        finally:
+            if cluster is not None:
+                cluster.settle()
+        described = f"{cluster.server}: {cluster.requests} API requests"
     if args.json:
         json.dump({**report.as_dict(), "unread_logs": unread}, sys.stdout, indent=2)  # streamed: a fleet's is large
         sys.stdout.write("\n")

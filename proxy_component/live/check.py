@@ -581,20 +581,28 @@ LOG_WINDOW = STATUS_PERIOD + 60
 """Seconds of each proxy pod's log that `check` reads: the watcher repeats what it runs every STATUS_PERIOD."""
 
 
+def _judged(line: str) -> bool:
+    """A line `check` judges: the watcher's (what the proxy runs) or tinyproxy's upstream failures. The others (the
+    access log's, at up to `maxLinesPerSecond` a second) are read past, never kept."""
+    return line.startswith(RELOAD_LOG_PREFIX) or "pstream proxy" in line
+
+
 def _proxy_logs(settings: Settings, cluster: Cluster, pods: dict[str, str]) -> dict[str, tuple[str, str]]:
     """Each ready proxy pod's log of the last `LOG_WINDOW` seconds, by node: the tinyproxy container's (the
     watcher's lines) and the one holding tinyproxy's own lines (the same, or the metrics container's when tinyproxy
-    logs to the file the exporter reads). A pod whose log cannot be read (403, 404) is left out: not judged."""
+    logs to the file the exporter reads). Each is streamed and only the lines `check` judges are kept: with the
+    access log at its rate bound, a node's window is tens of thousands of lines. A pod whose log cannot be read
+    (403, 404) is left out: not judged."""
     d = settings.deployment
     logs: dict[str, tuple[str, str]] = {}
     for node, pod in sorted(pods.items()):
         read: dict[str, str] = {}
         for container in ("tinyproxy", METRICS_CONTAINER) if d.metrics.enabled else ("tinyproxy",):
+            lines = cluster.log_lines(
+                Access(POD_LOGS, d.namespace), pod, d.namespace, container=container, since_seconds=LOG_WINDOW
+            )
             try:
-                access = Access(POD_LOGS, d.namespace)
-                read[container] = str(
-                    cluster.request(access, pod, d.namespace, container=container, since_seconds=LOG_WINDOW)
-                )
+                read[container] = "\n".join(line for line in lines if _judged(line))
             except Exception as exc:
                 if getattr(exc, "status", None) is None:
                     raise

@@ -29,6 +29,7 @@ from pydantic_core import from_json
 from ..settings import Settings, redact_url
 
 PAGE = 500  # objects per list call
+LOG_CHUNK = 1 << 16  # bytes of a streamed log read at a time (`Cluster.log_lines`)
 METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"  # a list's items' metadata
 Obj = dict[str, Any]
 
@@ -256,6 +257,23 @@ class Cluster:
         method = getattr(self.clients[access.api.client], access.api.method)
         self._count(access)
         return method(*args, **kwargs)
+
+    def log_lines(self, access: Access, pod: str, namespace: str, **kwargs: Any) -> Iterator[str]:
+        """One container's log (`read_namespaced_pod_log` with these arguments), line by line as the API server
+        streams it: a busy proxy's day of access lines is gigabytes, never held whole. The request is made when the
+        first line is asked for; an error status raises then. Bytes that are not UTF-8 are replaced."""
+        response = self.request(access, pod, namespace, _preload_content=False, **kwargs)
+        try:
+            rest = b""
+            for chunk in response.stream(LOG_CHUNK):
+                rest += chunk
+                *whole, rest = rest.split(b"\n")
+                for line in whole:
+                    yield line.decode("utf-8", "replace").rstrip("\r")
+            if rest:
+                yield rest.decode("utf-8", "replace").rstrip("\r")
+        finally:
+            response.release_conn()
 
     def list(self, access: Access, **selectors: str) -> Iterator[Any]:
         """Every item of a list call, page by page, as the client's models (the probe's few pods)."""

@@ -6,11 +6,12 @@ the proxy's namespace to list its pods and read their logs)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from ..dataplane.common import APP_LABEL
 from ..dataplane.metrics import METRICS_CONTAINER
-from ..egress import Log, PodIndex, parse_log
+from ..egress import Event, PodIndex, events
 from ..settings import Settings
 from .access import egress_accesses
 from .cluster import ALL_PODS, NODES, POD_LOGS, PODS, Access, Cluster
@@ -24,27 +25,49 @@ def log_container(settings: Settings) -> str:
     return METRICS_CONTAINER if settings.deployment.metrics.enabled else "tinyproxy"
 
 
-def read_egress(settings: Settings, cluster: Cluster, since_seconds: int | None) -> tuple[Log, PodIndex, list[str]]:
-    """Each proxy pod's log (of the last `since_seconds`, all it has when None), joined: the log, the index of
-    every pod and node, and the nodes whose proxy's log could not be read (403, 404: named, not fatal)."""
+def read_egress(
+    settings: Settings, cluster: Cluster, since_seconds: int | None
+) -> tuple[Iterator[Event], PodIndex, list[str]]:
+    """The proxy pods, every pod and node (the index that joins client addresses), then each proxy pod's log (of
+    the last `since_seconds`, all it has when None) as a stream of events: read as the report consumes it, so a
+    fleet's day of access lines is never held in memory. The third item names the nodes whose proxy's log could
+    not be read (403, 404) or was cut short (the connection lost: the lines before are counted); it is complete
+    once the events are."""
     d = settings.deployment
     container = log_container(settings)
-    log = Log()
-    unread: list[str] = []
-    for pod in cluster.list_json(Access(PODS, d.namespace), label_selector=f"{APP_LABEL}={d.service_name}"):
-        name = pod["metadata"]["name"]
-        node = (pod.get("spec") or {}).get("nodeName") or name
-        kwargs: dict[str, Any] = {"container": container, "timestamps": True}
-        if since_seconds is not None:
-            kwargs["since_seconds"] = since_seconds
-        try:
-            text = str(cluster.request(Access(POD_LOGS, d.namespace), name, d.namespace, **kwargs))
-        except Exception as exc:
-            if getattr(exc, "status", None) is None:
-                raise
-            unread.append(f"{node} ({name}: {getattr(exc, 'status', '?')})")
-            continue
-        log.extend(parse_log(text, node))
+    proxies = list(cluster.list_json(Access(PODS, d.namespace), label_selector=f"{APP_LABEL}={d.service_name}"))
     pods = list(cluster.list_json(Access(ALL_PODS)))
-    nodes = list(cluster.list_json(Access(NODES)))
-    return log, PodIndex(pods, nodes), unread
+    index = PodIndex(pods, list(cluster.list_json(Access(NODES))))
+    unread: list[str] = []
+
+    def stream() -> Iterator[Event]:
+        for pod in proxies:
+            name = pod["metadata"]["name"]
+            node = (pod.get("spec") or {}).get("nodeName") or name
+            kwargs: dict[str, Any] = {"container": container, "timestamps": True}
+            if since_seconds is not None:
+                kwargs["since_seconds"] = since_seconds
+            read = 0
+            try:
+                for event in events(
+                    cluster.log_lines(Access(POD_LOGS, d.namespace), name, d.namespace, **kwargs), node
+                ):
+                    read += 1
+                    yield event
+            except Exception as exc:
+                status = getattr(exc, "status", None)
+                if status is not None:
+                    unread.append(f"{node} ({name}: {status})")
+                elif _cut_short(exc):
+                    unread.append(f"{node} ({name}: the read was cut short after {read} events)")
+                else:
+                    raise
+
+    return stream(), index, unread
+
+
+def _cut_short(exc: BaseException) -> bool:
+    """A log's read ended by the connection (reset, closed early, a read timeout), not by this code."""
+    import urllib3
+
+    return isinstance(exc, (urllib3.exceptions.HTTPError, OSError))

@@ -37,6 +37,21 @@ def _raw(body: dict[str, Any]) -> Any:
     return SimpleNamespace(data=json.dumps(body).encode())
 
 
+class _Streamed:
+    """What the client returns for a log with `_preload_content=False`: a response read in chunks, then released
+    (chunks of 7 bytes here, so lines span them)."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self.released = False
+
+    def stream(self, amt: int) -> Any:
+        return (self.body[i : i + 7] for i in range(0, len(self.body), 7))
+
+    def release_conn(self) -> None:
+        self.released = True
+
+
 class FakeApi:
     """Every API group at once, answering from the objects given per kind (the method's name without its verb)."""
 
@@ -46,13 +61,14 @@ class FakeApi:
         self.log_calls: list[dict[str, Any]] = []
 
     def __getattr__(self, call: str) -> Any:
-        if call == "read_namespaced_pod_log":  # the client's str, as check asks for it
+        if call == "read_namespaced_pod_log":  # streamed, as check asks for it
 
-            def log(name: str, namespace: str, **kwargs: Any) -> str:
+            def log(name: str, namespace: str, _preload_content: bool = True, **kwargs: Any) -> _Streamed:
+                assert _preload_content is False, "check streams a proxy's log, never holds it whole"
                 self.log_calls.append({"name": name, "namespace": namespace, **kwargs})
                 for key in (f"{name}/{kwargs.get('container')}", name):  # one container's log, else the pod's
                     if key in self.logs:
-                        return self.logs[key]
+                        return _Streamed(self.logs[key].encode())
                 raise ApiException(status=404, reason="Not Found")
 
             return log
