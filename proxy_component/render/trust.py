@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..settings import Settings, ca_certificates
+from ..settings.trust import certifi_changed
 
 __all__ = [
     "BUNDLE_NAME",
@@ -104,7 +105,8 @@ def certifi_roots() -> PublicRoots:
     """certifi's bundle (Mozilla's roots, as Python's requests uses them), with certifi's version."""
     import certifi
 
-    return PublicRoots(certifi.contents(), f"certifi {certifi.__version__}")
+    changed = " (changed on the machine that rendered it)" if certifi_changed() is not None else ""
+    return PublicRoots(certifi.contents(), f"certifi {certifi.__version__}{changed}")
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from .network import (
 )
 from .proxy import ProxySettings, _url_warnings
 from .resources import LOOPBACK_RESERVE, MAX_CLIENTS_STEP
+from .trust import certifi_changed
 
 
 class Settings(_Model):
@@ -118,6 +119,13 @@ class Settings(_Model):
                 lines += _url_warnings(name, url)
         if p.upstream is not None:
             lines += p.upstream.warnings
+        if self.trusted_ca is not None and (changed := certifi_changed()) is not None:
+            lines.append(
+                f"proxy.upstream.trustedCa: the merged proxy-trust bundle starts from certifi's roots, and {changed} "
+                "is not the file certifi installed (its sha256 is not the one certifi's RECORD holds): something on "
+                "this machine changed it, and every pod would trust what it added. Reinstall certifi (pip install "
+                "--force-reinstall --no-deps certifi==<its version>) and render again"
+            )
         return lines
 
     # --- derived values ---------------------------------------------------------------------

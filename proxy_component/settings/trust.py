@@ -3,6 +3,7 @@ CA valid now, in a canonical order; `ca_certificates` splits the bundle again.""
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Annotated, Any
 
@@ -93,3 +94,36 @@ TrustedCa = Annotated[str, BeforeValidator(_pem_text), AfterValidator(_trusted_c
 def ca_certificates(bundle: str) -> list[str]:
     """The PEM certificates of a canonical trustedCa bundle, one text each."""
     return [f"-----BEGIN CERTIFICATE-----\n{body}-----END CERTIFICATE-----\n" for _, body in _PEM_BLOCK.findall(bundle)]
+
+
+def certifi_changed() -> str | None:
+    """Where certifi's `cacert.pem` is, when it is not the file certifi's installer wrote (the sha256 its RECORD
+    holds): something on this machine changed it, often by appending a machine's own CA. None when it is as
+    installed, or when there is no RECORD to compare with. The merged `proxy-trust` bundle starts from that file,
+    so a changed one would put this machine's extra roots into every pod's trust, and make the render depend on
+    the machine. Read once per process."""
+    return _certifi_changed()
+
+
+@functools.cache
+def _certifi_changed() -> str | None:
+    import base64
+    import hashlib
+    from importlib import metadata
+    from pathlib import Path
+
+    import certifi
+
+    where = Path(certifi.where()).resolve()
+    try:
+        files = metadata.files("certifi") or []
+    except metadata.PackageNotFoundError:
+        return None
+    for recorded in files:
+        if recorded.name != "cacert.pem" or recorded.hash is None or recorded.hash.mode != "sha256":
+            continue
+        if Path(str(recorded.locate())).resolve() != where:
+            continue
+        digest = base64.urlsafe_b64encode(hashlib.sha256(where.read_bytes()).digest()).rstrip(b"=").decode()
+        return None if digest == recorded.hash.value else str(where)
+    return None
