@@ -23,13 +23,22 @@ ROOT = Path(__file__).resolve().parents[1]
 
 OLDER = ("v1.36.3", "v1.35.4")
 """The supported Kubernetes minors older than the default (1.35, 1.36 and 1.37 are maintained on 2026-11-28), each at
-its newest patch the Go module proxy serves. .ci/run reads this line to build their control planes."""
+its newest patch the Go module proxy serves. .ci/run reads this line to build the oldest's control plane."""
 OLDEST = OLDER[-1]
 VERSIONS = [
     pytest.param(None, id="default"),
-    *(pytest.param(v, id=v.lstrip("v").rsplit(".", 1)[0], marks=pytest.mark.older) for v in OLDER),
+    *(
+        pytest.param(
+            v,
+            id=v.lstrip("v").rsplit(".", 1)[0],
+            marks=[pytest.mark.older, *([pytest.mark.oldest] if v == OLDEST else [])],
+        )
+        for v in OLDER
+    ),
 ]
-"""A module-scoped cluster fixture's params: the script's default version, then each of OLDER (the `older` lane)."""
+"""A module-scoped cluster fixture's params: the script's default version, then each of OLDER (the `older` lane;
+OLDEST's marked `oldest` too: what CI runs, since each older control plane is a build of its own, about 7 CPU-minutes
+cold, and the versions between the default and the oldest are run by hand: docs/guides/kubernetes-versions.md)."""
 ADMISSION_GA_MINOR = 36
 """Before it (1.34, 1.35), kube-apiserver serves MutatingAdmissionPolicy (v1beta1) only with its feature gate on."""
 
