@@ -96,17 +96,13 @@ def ca_certificates(bundle: str) -> list[str]:
     return [f"-----BEGIN CERTIFICATE-----\n{body}-----END CERTIFICATE-----\n" for _, body in _PEM_BLOCK.findall(bundle)]
 
 
+@functools.cache
 def certifi_changed() -> str | None:
     """Where certifi's `cacert.pem` is, when it is not the file certifi's installer wrote (the sha256 its RECORD
     holds): something on this machine changed it, often by appending a machine's own CA. None when it is as
     installed, or when there is no RECORD to compare with. The merged `proxy-trust` bundle starts from that file,
     so a changed one would put this machine's extra roots into every pod's trust, and make the render depend on
     the machine. Read once per process."""
-    return _certifi_changed()
-
-
-@functools.cache
-def _certifi_changed() -> str | None:
     import base64
     import hashlib
     from importlib import metadata
