@@ -24,6 +24,8 @@ import base64
 import contextlib
 import ctypes
 import ctypes.util
+import errno
+import itertools
 import json
 import os
 import random
@@ -140,8 +142,8 @@ def settings(config_dir: Path, rate: int = 10000) -> Settings:
 def _libc_call(name: str, *args: int) -> None:
     libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
     if getattr(libc, name)(*args) != 0:
-        errno = ctypes.get_errno()
-        raise OSError(errno, f"{name}: {os.strerror(errno)}")
+        err = ctypes.get_errno()
+        raise OSError(err, f"{name}: {os.strerror(err)}")
 
 
 @contextlib.contextmanager
@@ -372,6 +374,28 @@ class Exchange:
         return int(m.group(1)) if m else 0
 
 
+CLIENT_PORTS = itertools.cycle(range(20000, 32000))
+"""The client ports `exchange` binds, one after another, below Linux's ephemeral range (32768-60999): a connection's
+access line is found by its client's address and port, which the kernel's own choice hands to the next connection as
+soon as one the proxy closed first is gone (two scenarios of one burst took the same port within 16 ms), while these
+are each used once in a module's namespace (where nothing else binds below 32768)."""
+_CLIENT_PORTS_LOCK = threading.Lock()
+
+
+def _bind_client(sock: socket.socket, source: str) -> None:
+    """`sock` bound to `source` and the next of CLIENT_PORTS that is free."""
+    for _ in range(100):
+        with _CLIENT_PORTS_LOCK:
+            port = next(CLIENT_PORTS)
+        try:
+            sock.bind((source, port))
+            return
+        except OSError as e:
+            if e.errno != errno.EADDRINUSE:
+                raise
+    raise AssertionError(f"100 client ports in a row in use on {source}")
+
+
 def exchange(
     port: int,
     raw: bytes,
@@ -387,7 +411,7 @@ def exchange(
     started, t0 = time.time(), time.monotonic()
     sock = socket.socket()
     sock.settimeout(TIMEOUT)
-    sock.bind((source, 0))
+    _bind_client(sock, source)
     sent, received = 0, b""
     try:
         sock.connect(("127.0.0.1" if source.startswith("127.") else ORIGIN, port))
@@ -434,8 +458,7 @@ def line_of(proxy: Proxy, ex: Exchange) -> dict[str, Any]:
         return datetime.strptime(line["time"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc).timestamp()
 
     def find() -> dict[str, Any] | None:
-        # the same address and port, ended after the client connected (an earlier connection, such as
-        # start_proxy's probe, may have had the port)
+        # the same address and port (each exchange's own: CLIENT_PORTS), ended after the client connected
         mine = [
             a
             for a in proxy.access()
