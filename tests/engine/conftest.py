@@ -95,6 +95,25 @@ def engine_venv() -> Path:
     return build_engine_venv()
 
 
+@pytest.fixture(scope="session")
+def plugin_venv(engine_venv: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The plugin's venv: this worker's own copy of the engine venv. `pulumi package add` and `get-schema` install a
+    Python plugin's dependencies each time (`python -m venv` over it, then `pip install --upgrade pip setuptools
+    wheel`); run in the shared venv, that raced the other pytest-xdist workers' installs and programs (pip read a
+    half-written dist-info). Packages are hard-linked (pip replaces files, never writes into one); bin/ and
+    pyvenv.cfg, which `python -m venv` rewrites in place, are copied."""
+    dest = tmp_path_factory.mktemp("plugin-venv") / "venv"
+    dest.mkdir()
+    for entry in engine_venv.iterdir():
+        if entry.is_dir() and not entry.is_symlink() and entry.name != "bin":
+            shutil.copytree(entry, dest / entry.name, symlinks=True, copy_function=os.link)
+        elif entry.is_dir() and not entry.is_symlink():
+            shutil.copytree(entry, dest / entry.name, symlinks=True)
+        else:
+            shutil.copy2(entry, dest / entry.name, follow_symlinks=False)
+    return dest
+
+
 class Project:
     """A Pulumi project copied into a scratch directory, run with the real CLI and a file backend."""
 

@@ -44,15 +44,15 @@ def hosts() -> Path:
 
 
 @pytest.fixture
-def plugin(engine_venv: Path, tmp_path: Path) -> Path:
-    """provider/ in a scratch directory, its venv the engine lane's (this checkout, the pinned SDKs): its
+def plugin(plugin_venv: Path, tmp_path: Path) -> Path:
+    """provider/ in a scratch directory, its venv a copy of the engine lane's (this checkout, the pinned SDKs): its
     requirements.txt (`-e ..`, this checkout) is what that venv already holds."""
     dest = tmp_path / "plugin"
     shutil.copytree(
         ROOT / "provider", dest, ignore=shutil.ignore_patterns("venv", "__pycache__", "requirements.txt", "schema.json")
     )
     spec = yaml.safe_load((dest / "PulumiPlugin.yaml").read_text())
-    spec["runtime"]["options"]["virtualenv"] = str(engine_venv)
+    spec["runtime"]["options"]["virtualenv"] = str(plugin_venv)
     (dest / "PulumiPlugin.yaml").write_text(yaml.safe_dump(spec))
     return dest
 
