@@ -21,6 +21,8 @@ from pulumi.runtime.settings import reset_options
 from pulumi.runtime.stack import wait_for_rpcs
 from pulumi.runtime.sync_await import _sync_await
 
+from tests.durations import file_order
+
 ROOT = Path(__file__).resolve().parent.parent
 SEEDS = ROOT / "tests/fixtures/seeds"
 SECRET_SIG = "4dabf18193072939515e22adb298388d"
@@ -61,6 +63,13 @@ def pytest_configure(config: pytest.Config) -> None:
     directory = str(Path(path).parent)
     if os.environ.get("PATH", "").split(os.pathsep)[0] != directory:
         os.environ["PATH"] = directory + os.pathsep + os.environ.get("PATH", "")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The lanes' longest test files first (tests/durations.py: what `.ci/run`'s `--no-loadscope-reorder` session
+    hands out in this order); within a file, and among the files not measured, the collection's order."""
+    rank = file_order()
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
 
 
 def unwrap(value: Any) -> Any:
