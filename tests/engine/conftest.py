@@ -100,13 +100,21 @@ def plugin_venv(engine_venv: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     """The plugin's venv: this worker's own copy of the engine venv. `pulumi package add` and `get-schema` install a
     Python plugin's dependencies each time (`python -m venv` over it, then `pip install --upgrade pip setuptools
     wheel`); run in the shared venv, that raced the other pytest-xdist workers' installs and programs (pip read a
-    half-written dist-info). Packages are hard-linked (pip replaces files, never writes into one); bin/ and
-    pyvenv.cfg, which `python -m venv` rewrites in place, are copied."""
+    half-written dist-info). Packages are hard-linked where the temporary directory is on the venv's filesystem (pip
+    replaces files, never writes into one), else copied; bin/ and pyvenv.cfg, which `python -m venv` rewrites in
+    place, are copied."""
+
+    def link(src: str, dst: str) -> None:
+        try:
+            os.link(src, dst)
+        except OSError:  # another filesystem (a tmpfs /tmp)
+            shutil.copy2(src, dst)
+
     dest = tmp_path_factory.mktemp("plugin-venv") / "venv"
     dest.mkdir()
     for entry in engine_venv.iterdir():
         if entry.is_dir() and not entry.is_symlink() and entry.name != "bin":
-            shutil.copytree(entry, dest / entry.name, symlinks=True, copy_function=os.link)
+            shutil.copytree(entry, dest / entry.name, symlinks=True, copy_function=link)
         elif entry.is_dir() and not entry.is_symlink():
             shutil.copytree(entry, dest / entry.name, symlinks=True)
         else:

@@ -46,7 +46,15 @@ from tests.injection_cases import (
     stamp,
     transformed,
 )
-from tests.kwok_cluster import ADMISSION_GA_MINOR, VERSIONS, kwok_cluster, minor, settings_version
+from tests.kwok_cluster import (
+    ADMISSION_GA_MINOR,
+    VERSIONS,
+    PodRefusedError,
+    Pods,
+    kwok_cluster,
+    minor,
+    settings_version,
+)
 
 from .conftest import ROOT
 
@@ -65,6 +73,7 @@ class Cluster:
     def __init__(self, kubeconfig: Path, workdir: Path, version: str | None) -> None:
         self.kubeconfig = kubeconfig
         self.workdir = workdir
+        self.pods = Pods(kubeconfig)  # the tables' Pods, in process
         # What the settings name for this cluster (`cluster.kubernetesVersion`): unset on the default version, '1.35'
         # on OLDEST; and the minor of an older cluster whose rendering this one serves too (one upgraded since).
         self.settings_version = settings_version(version)
@@ -160,13 +169,12 @@ REFUSED: list[str] = []  # the API server's last refusal of the probe Pod
 def _admitted_env(cluster: Cluster) -> list[dict[str, Any]] | None:
     """A Pod's env as admission makes it now, without creating it (server-side dry run runs admission); None when
     admission refuses it (the reason kept in REFUSED)."""
-    out = cluster.kubectl(
-        "create", "--dry-run=server", "-o", "json", "-f", "-", stdin=json.dumps(_probe_pod("probe")), check=False
-    )
-    if out.returncode != 0:
-        REFUSED[:] = [out.stderr.strip()]
+    try:
+        admitted = cluster.pods.create(_probe_pod("probe"), dry_run=True)
+    except PodRefusedError as e:
+        REFUSED[:] = [str(e)]
         return None
-    env: list[dict[str, Any]] = json.loads(out.stdout)["spec"]["containers"][0].get("env") or []
+    env: list[dict[str, Any]] = admitted["spec"]["containers"][0].get("env") or []
     return env
 
 
@@ -239,8 +247,7 @@ def _every_case(cluster: Cluster, profile: str, version: str | None) -> None:
     for case in cases():
         pod = case.pod(f"{profile}-{(version or 'v1').replace('.', '')}-{case.name}")
         pod["metadata"]["labels"] = {"table": "injection"}
-        cluster.kubectl("create", "-f", "-", stdin=json.dumps(pod))
-        admitted = cluster.get("pod", pod["metadata"]["name"], "-n", case.namespace)
+        admitted = cluster.pods.create(pod)
         expected = transformed(settings, pod)
         got, wanted = injected_parts(admitted["spec"]), injected_parts(expected["spec"])
         assert got == wanted, (profile, case.name, _first_difference(got, wanted))
@@ -305,17 +312,15 @@ def test_ephemeral_containers_added_by_the_subresource_get_what_the_transform_gi
         pod = case.pod(f"eph-{profile}-{eph.name}")
         pod["metadata"]["labels"] = {"table": "injection"}
         name = pod["metadata"]["name"]
-        cluster.kubectl("create", "-f", "-", stdin=json.dumps(pod))
-        admitted = cluster.get("pod", name, "-n", case.namespace)
+        admitted = cluster.pods.create(pod)
         expected: list[dict[str, Any]] = []
         for container in eph.containers:
             # A JSON patch appends it, keeping the order (a strategic merge patch puts the new one first).
             path = "/spec/ephemeralContainers" + ("/-" if expected else "")
             patch = [{"op": "add", "path": path, "value": container if expected else [container]}]
-            cluster.kubectl("patch", "pod", name, "-n", case.namespace, "--subresource=ephemeralcontainers",
-                            "--type=json", "-p", json.dumps(patch))  # fmt: skip
+            patched = cluster.pods.patch_ephemeral_containers(name, case.namespace, patch)
             expected += ephemeral_transformed(settings, admitted, [container])
-            got = container_parts(cluster.get("pod", name, "-n", case.namespace)["spec"]["ephemeralContainers"])
+            got = container_parts(patched["spec"]["ephemeralContainers"])
             assert got == container_parts(expected), (
                 profile,
                 eph.name,
@@ -324,7 +329,7 @@ def test_ephemeral_containers_added_by_the_subresource_get_what_the_transform_gi
             changed += expected[-1] != container
             untouched += expected[-1] == container
         # The Pod's other containers and volumes are as admission made them at CREATE.
-        after = cluster.get("pod", name, "-n", case.namespace)
+        after = cluster.pods.get(name, case.namespace)
         assert injected_parts(after["spec"]) == injected_parts(admitted["spec"])
         assert stamp(after) == stamp(admitted), "an ephemeral container changes no stamp"
     _delete_pods(cluster)

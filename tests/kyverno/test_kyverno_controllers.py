@@ -55,7 +55,7 @@ from tests.injection_cases import (
     stamp,
     transformed,
 )
-from tests.kwok_cluster import VERSIONS, kwok_cluster, minor, settings_version
+from tests.kwok_cluster import VERSIONS, PodRefusedError, Pods, kwok_cluster, minor, settings_version
 
 from .test_kyverno_cli import kyverno_settings
 
@@ -118,6 +118,7 @@ class KyvernoCluster:
         self.port = port
         self.settings_version = settings_version(version)  # cluster.kubernetesVersion: unset, or '1.36', '1.35'
         self.controllers: list[Controller] = []
+        self.pods = Pods(kubeconfig)  # the tables' Pods, in process
 
     def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(
@@ -277,12 +278,12 @@ def _apply_mutating_policy(live: KyvernoCluster, settings: Settings) -> None:
     seen: list[str] = [""]
 
     def in_force() -> bool:
-        out = live.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", stdin=json.dumps(_probe_pod()),
-                           check=False)  # fmt: skip
-        if out.returncode != 0:
-            seen[0] = out.stderr.strip()[:600]
+        try:
+            admitted = live.pods.create(_probe_pod(), dry_run=True)
+        except PodRefusedError as e:
+            seen[0] = str(e)[:600]
             return False
-        env = json.loads(out.stdout)["spec"]["containers"][0].get("env") or []
+        env = admitted["spec"]["containers"][0].get("env") or []
         seen[0] = json.dumps(env)[:600]
         return bool(env == wanted)
 
@@ -312,8 +313,7 @@ def test_kyvernos_admission_controller_gives_every_pod_of_the_table_what_the_tra
     for case in cases():
         pod = case.pod(f"kyv-{profile}-{case.name}")
         pod["metadata"]["labels"] = {"table": "injection"}
-        live.kubectl("create", "-f", "-", stdin=json.dumps(pod))
-        admitted = live.get("pod", pod["metadata"]["name"], "-n", case.namespace)
+        admitted = live.pods.create(pod)
         expected = transformed(settings, pod)
         assert injected_parts(admitted["spec"]) == injected_parts(expected["spec"]), (profile, case.name)
         assert stamp(admitted) == stamp(expected), (profile, case.name)
@@ -339,22 +339,20 @@ def test_kyvernos_admission_controller_gives_ephemeral_containers_what_the_trans
         pod = case.pod(f"kyv-eph-{profile}-{eph.name}")
         pod["metadata"]["labels"] = {"table": "injection"}
         name = pod["metadata"]["name"]
-        live.kubectl("create", "-f", "-", stdin=json.dumps(pod))
-        admitted = live.get("pod", name, "-n", case.namespace)
+        admitted = live.pods.create(pod)
         expected: list[Obj] = []
         for container in eph.containers:
             # A JSON patch appends it, keeping the order (a strategic merge patch puts the new one first).
             path = "/spec/ephemeralContainers" + ("/-" if expected else "")
             patch = [{"op": "add", "path": path, "value": container if expected else [container]}]
-            live.kubectl("patch", "pod", name, "-n", case.namespace, "--subresource=ephemeralcontainers",
-                         "--type=json", "-p", json.dumps(patch))  # fmt: skip
+            patched = live.pods.patch_ephemeral_containers(name, case.namespace, patch)
             expected += ephemeral_transformed(settings, admitted, [container])
-            got = container_parts(live.get("pod", name, "-n", case.namespace)["spec"]["ephemeralContainers"])
+            got = container_parts(patched["spec"]["ephemeralContainers"])
             wanted = container_parts(expected)
             assert got == wanted, (profile, eph.name, json.dumps(got), json.dumps(wanted))
             changed += expected[-1] != container
             untouched += expected[-1] == container
-        after = live.get("pod", name, "-n", case.namespace)
+        after = live.pods.get(name, case.namespace)
         assert injected_parts(after["spec"]) == injected_parts(admitted["spec"])
         assert stamp(after) == stamp(admitted), "an ephemeral container changes no stamp"
     _delete_pods(live)
