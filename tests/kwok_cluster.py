@@ -174,14 +174,12 @@ class Pods:
     def _call(self, method: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
         from kubernetes.client.exceptions import ApiException
 
+        from proxy_component.live.adopt import status_message
+
         try:
             response = method(*args, _preload_content=False, **kwargs)
         except ApiException as e:
-            try:
-                message = json.loads(e.body or "{}").get("message") or e.reason
-            except ValueError:
-                message = f"{e.reason}: {e.body}"
-            raise PodRefusedError(f"{e.status} {message}") from None
+            raise PodRefusedError(status_message(e)) from None
         loaded: dict[str, Any] = json.loads(response.data)
         return loaded
 

@@ -104,21 +104,19 @@ def plugin_venv(engine_venv: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     replaces files, never writes into one), else copied; bin/ and pyvenv.cfg, which `python -m venv` rewrites in
     place, are copied."""
 
+    rewritten = {engine_venv / "pyvenv.cfg", engine_venv / "bin"}
+
     def link(src: str, dst: str) -> None:
+        if Path(src) in rewritten or Path(src).parent in rewritten:
+            shutil.copy2(src, dst, follow_symlinks=False)
+            return
         try:
             os.link(src, dst)
         except OSError:  # another filesystem (a tmpfs /tmp)
             shutil.copy2(src, dst)
 
     dest = tmp_path_factory.mktemp("plugin-venv") / "venv"
-    dest.mkdir()
-    for entry in engine_venv.iterdir():
-        if entry.is_dir() and not entry.is_symlink() and entry.name != "bin":
-            shutil.copytree(entry, dest / entry.name, symlinks=True, copy_function=link)
-        elif entry.is_dir() and not entry.is_symlink():
-            shutil.copytree(entry, dest / entry.name, symlinks=True)
-        else:
-            shutil.copy2(entry, dest / entry.name, follow_symlinks=False)
+    shutil.copytree(engine_venv, dest, symlinks=True, copy_function=link)
     return dest
 
 
