@@ -2,7 +2,7 @@
 real nodes (each containerd + runc, the kubelet, kube-proxy in nftables mode and CoreDNS, in the network namespace
 `<cluster>-real-<i>`, the nodes linked by a bridge of their own), the project's image and a pause image imported.
 The IPv6-only example is applied with `pulumi up` under the real engine, with `trafficDistribution: PreferSameNode`
-(the cluster is 1.36); then a pod on each node, IPv6-only and given nothing but `envFrom: proxy-config`, reaches an
+(the cluster is 1.37); then a pod on each node, IPv6-only and given nothing but `envFrom: proxy-config`, reaches an
 IPv4-only origin in a network namespace of this test's own ("the internet", reachable from both nodes over IPv4
 only) through `http-proxy.kube-system.svc.k8s.internal:8888`. Node 0 (`RealNode.node`) is the one most tests use.
 
@@ -14,6 +14,7 @@ hosts file; the pods' own DNS is the cluster's (kube-dns, fd00:10:96::a).
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 import os
 import re
@@ -312,6 +313,7 @@ def example(real: RealNode, engine: Path, engine_venv: Path, tmp_path_factory: p
     t0 = time.monotonic()
     project.up()
     print(f"realnode: pulumi up of examples/ipv6-only in {time.monotonic() - t0:.1f}s", file=sys.stderr)
+    _prefers_own_nodes(real)
     return project
 
 
@@ -651,7 +653,7 @@ def test_twenty_pods_at_their_share_cannot_take_their_nodes_proxy_down(
 
 
 def _settings(**deployment: Any) -> dict[str, Any]:
-    """The example's settings with `deployment` updated; a pod's own node's proxy first (the cluster is 1.36)."""
+    """The example's settings with `deployment` updated; a pod's own node's proxy first (the cluster is 1.37)."""
     settings: dict[str, Any] = yaml.safe_load((EXAMPLE / "proxy.yaml").read_text())
     settings["deployment"].update({"trafficDistribution": "PreferSameNode", **deployment})
     return settings
@@ -719,6 +721,72 @@ def _all_ready(pod: dict[str, Any]) -> bool:
     return all(c["ready"] for c in (pod.get("status") or {}).get("containerStatuses") or [{"ready": False}])
 
 
+# kube-proxy's (nftables mode) chain of the proxy Service's port. It sends a connection on by `dnat` to the one
+# endpoint's address, or to one of several by a random map, or by a jump to the endpoint's own chain (whose name ends
+# in its address, '.' for ':', and port): kube-proxy's proxier.go, writeServiceToEndpointDNATs and ...Jumps.
+SERVICE_CHAIN = re.compile(r"service-\w+-kube-system/http-proxy/tcp/.*")
+ENDPOINT_CHAIN = re.compile(r"endpoint-\w+-kube-system/http-proxy/tcp/.*__(.+)/\d+")
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
+def _chain_form(address: str) -> str:
+    return str(ipaddress.ip_address(address)).replace(":", ".")
+
+
+def _endpoints_of(rule: dict[str, Any]) -> set[str]:
+    """The endpoints (addresses in chain-name form) a rule of the Service's chain sends connections to."""
+    found = set()
+    for expr in rule["expr"]:
+        for text in _strings(expr.get("dnat") or {}):
+            try:
+                found.add(_chain_form(text))
+            except ValueError:
+                continue  # a map's keyword (numgen's "random"), not an address
+        found |= {m[1] for text in _strings(expr) if (m := ENDPOINT_CHAIN.fullmatch(text))}
+    return found
+
+
+def _prefers_own_nodes(real: RealNode, timeout: float = 60) -> None:
+    """Wait until every node's proxy pod is ready and that node's kube-proxy sends the proxy Service's connections to
+    it alone (PreferSameNode). The pod's Ready status is the kubelet's; the EndpointSlice follows it, and kube-proxy
+    its rules a moment later: until then a client's request goes to the other node's proxy. The condition is
+    kube-proxy's own state: in the node's nftables, the Service's chains jump to that node's endpoint alone."""
+    for node in real.nodes:
+        wait(partial(_ready, real, node), f"{node}'s proxy ready", timeout=timeout)
+    deadline = time.monotonic() + timeout
+    for node in real.nodes:
+        while True:
+            slices = real.get("endpointslices", "-n", "kube-system", "-l", "kubernetes.io/service-name=http-proxy")
+            own = {
+                _chain_form(address)
+                for item in slices["items"]
+                for endpoint in item.get("endpoints") or []
+                if endpoint.get("nodeName") == node and (endpoint.get("conditions") or {}).get("ready")
+                for address in endpoint["addresses"]
+            }
+            ruleset = run("ip", "netns", "exec", node, "nft", "-j", "list", "ruleset").stdout
+            rules = [e["rule"] for e in json.loads(ruleset)["nftables"] if "rule" in e]
+            services = [r for r in rules if SERVICE_CHAIN.fullmatch(r["chain"])]
+            targets = {endpoint for rule in services for endpoint in _endpoints_of(rule)}
+            if services and own and targets == own:
+                break
+            if time.monotonic() > deadline:
+                dump = real.workdir / f"{node}-ruleset.txt"
+                dump.write_text(run("ip", "netns", "exec", node, "nft", "list", "ruleset").stdout)
+                raise AssertionError(f"{node}'s kube-proxy to prefer its own proxy {own}: jumps to {targets} ({dump})")
+            time.sleep(0.5)
+
+
 def _roll(
     real: RealNode, example: Project, clients: dict[str, str], settings: dict[str, Any], what: str
 ) -> dict[str, Any]:
@@ -732,6 +800,7 @@ def _roll(
         took = time.monotonic() - t0
         for node in real.nodes:  # both replaced and ready: the roll is over
             wait(partial(_replaced_and_ready, real, node, before[node]["metadata"]["uid"]), f"{node} rolled")
+        _prefers_own_nodes(real)
     finally:
         results = traffic.stop()
     report: dict[str, Any] = {"what": what, "up s": round(took, 1), "seconds": round(traffic.seconds)}
@@ -1054,8 +1123,7 @@ def test_a_real_prometheus_counts_each_nodes_requests_and_the_metrics_hold_no_se
     }
     (example.dir / "proxy.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
     example.up()
-    for node in real.nodes:
-        wait(partial(_ready, real, node), f"{node}'s proxy ready")
+    _prefers_own_nodes(real)  # each client's requests are counted by its own node's proxy
     targets = {node: f"{_node_ipv4(real, node)}:9888" for node in real.nodes}
     prometheus = Prometheus(real.workdir, targets)
     try:
@@ -1146,6 +1214,7 @@ def test_a_pod_mutated_by_the_admission_policy_runs_on_the_real_node_and_reaches
     settings["injection"] = {"admission": True}
     (example.dir / "proxy.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
     example.up()
+    _prefers_own_nodes(real)  # node 0's proxy answers node 0's pods
     probe = yaml.safe_dump(_pod("probe", real.node, real.tool.parent, ["true"], env_from=False))
 
     def in_force() -> bool:  # the API server loads a new policy within moments
@@ -1292,6 +1361,7 @@ def test_egress_reports_who_reached_what_and_the_no_proxy_miss_live_and_offline(
     settings["deployment"]["metrics"] = {"enabled": True}
     (example.dir / "proxy.yaml").write_text(yaml.safe_dump(settings, sort_keys=False))
     example.up()
+    _prefers_own_nodes(real)  # node 0's proxy logs node 0's pods
     proxy = "http://http-proxy.kube-system.svc.k8s.internal:8888"
     real.kubectl("create", "namespace", "egress-b")
     pod = _pod("miss", real.node, real.tool.parent, ["sleep", "86400"], env_from=False)
