@@ -763,7 +763,9 @@ def _prefers_own_nodes(real: RealNode, timeout: float = 60) -> None:
     kube-proxy's own state: in the node's nftables, the Service's chains jump to that node's endpoint alone."""
     for node in real.nodes:
         wait(partial(_ready, real, node), f"{node}'s proxy ready", timeout=timeout)
-    deadline = time.monotonic() + timeout
+    ready = time.monotonic()
+    deadline = ready + timeout
+    waited: dict[str, str] = {}
     for node in real.nodes:
         while True:
             slices = real.get("endpointslices", "-n", "kube-system", "-l", "kubernetes.io/service-name=http-proxy")
@@ -780,11 +782,15 @@ def _prefers_own_nodes(real: RealNode, timeout: float = 60) -> None:
             targets = {endpoint for rule in services for endpoint in _endpoints_of(rule)}
             if services and own and targets == own:
                 break
+            waited[node] = f"{targets or 'none'}"
             if time.monotonic() > deadline:
                 dump = real.workdir / f"{node}-ruleset.txt"
                 dump.write_text(run("ip", "netns", "exec", node, "nft", "list", "ruleset").stdout)
                 raise AssertionError(f"{node}'s kube-proxy to prefer its own proxy {own}: jumps to {targets} ({dump})")
             time.sleep(0.5)
+    if waited:  # how often the pods' Ready status ran ahead of kube-proxy (what the lane would otherwise race)
+        print(f"realnode: kube-proxy sent the Service elsewhere ({waited}) after the proxy pods were ready; its own "
+              f"node's proxy after {time.monotonic() - ready:.1f} s", file=sys.stderr)  # fmt: skip
 
 
 def _roll(
