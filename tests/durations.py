@@ -1,15 +1,17 @@
-"""How long each lane test file took, for pytest-xdist to start the longest first.
+"""How long each test file took, for pytest-xdist to start the longest first.
 
-`--dist loadfile` gives each worker a whole file (its module's test cluster stays in one process) and hands them out
-in order; by default xdist orders them by their number of tests, which starts the engine lanes' longest files (one
-to six slow tests each: rolls, upgrades, repairs) last, so the session ended on one busy worker while the others sat
-idle. `.ci/run` passes `--no-loadscope-reorder`, and `pytest_collection_modifyitems` (tests/conftest.py) puts the
-files in the order of DURATIONS, longest first; files not in it keep their order after them. It only orders: a stale
-figure makes a session a little longer, never a test different.
+`--dist loadfile` gives each worker a whole file (a lane module's test cluster stays in one process) and hands them
+out in order; by default xdist orders them by their number of tests, which starts the engine lanes' longest files
+(one to six slow tests each: rolls, upgrades, repairs) last, and the unit suite's longest (the node-isolation file:
+17 tests, 177 s) 34th of 81, so a session ended on one busy worker while the others sat idle. `scripts/test` and
+`.ci/run` pass `--no-loadscope-reorder`, and `pytest_collection_modifyitems` (tests/conftest.py) puts the files in the
+order of DURATIONS, longest first; files not in it keep their order after them. It only orders: a stale figure makes
+a session a little longer, never a test different.
 
-Regenerate after the lanes change much (a session's JUnit report: `--junitxml=FILE`):
+Regenerate after the suites change much, from the JUnit reports (`--junitxml=FILE`) of `scripts/test`'s pytest and
+of the lanes' session:
 
-    python -m tests.durations FILE > tests/durations.json
+    python -m tests.durations UNIT.xml LANES.xml > tests/durations.json
 """
 
 from __future__ import annotations
@@ -29,10 +31,10 @@ def file_order() -> dict[str, int]:
     return {path: rank for rank, path in enumerate(sorted(seconds, key=lambda p: (-seconds[p], p)))}
 
 
-def main(report: str) -> None:
-    """Each file's seconds (setup, call and teardown of its tests) from a JUnit report, as JSON."""
+def main(*reports: str) -> None:
+    """Each file's seconds (setup, call and teardown of its tests) from JUnit reports, as JSON."""
     seconds: dict[str, float] = {}
-    for case in ET.parse(report).iter("testcase"):
+    for case in (case for report in reports for case in ET.parse(report).iter("testcase")):
         parts = case.get("classname", "").split(".")  # tests.engine.test_x, or tests.engine.test_x.TestClass
         while parts and not (ROOT / ("/".join(parts) + ".py")).is_file():
             parts.pop()
@@ -44,4 +46,4 @@ def main(report: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:])
